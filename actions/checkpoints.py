@@ -1,0 +1,76 @@
+"""Which checkpoints each job has, and which one to restore.
+
+Built from checkpoint announcements only: a checkpoint counts once it is
+`saved`; a later `failed`/`invalid` announcement for the same step removes
+it. Restoring "before the onset" means the newest saved checkpoint whose
+step is strictly below the first bad step (or whose time precedes the onset).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from schemas.records import CheckpointEvent
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A saved checkpoint."""
+
+    job: str
+    step: int
+    path: str
+    ts: float
+    code_version: str = ""
+
+
+@dataclass
+class _JobCheckpoints:
+    steps: list[int] = field(default_factory=list)
+    by_step: dict[int, Checkpoint] = field(default_factory=dict)
+
+
+class CheckpointRegistry:
+    """Per-job sorted index of saved checkpoints.
+
+    >>> from schemas.records import CheckpointEvent
+    >>> reg = CheckpointRegistry()
+    >>> reg.observe(CheckpointEvent(ts=1.0, job="j", step=100, path="/c/100"))
+    >>> reg.observe(CheckpointEvent(ts=2.0, job="j", step=200, path="/c/200"))
+    >>> reg.latest_before("j", step=150).path
+    '/c/100'
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _JobCheckpoints] = {}
+
+    def observe(self, event: CheckpointEvent) -> None:
+        """Apply one announcement."""
+        job = self._jobs.setdefault(event.job, _JobCheckpoints())
+        if event.status == "saved":
+            if event.step not in job.by_step:
+                bisect.insort(job.steps, event.step)
+            job.by_step[event.step] = Checkpoint(event.job, event.step, event.path, event.ts, event.code_version)
+        elif event.status in ("failed", "invalid") and event.step in job.by_step:
+            del job.by_step[event.step]
+            job.steps.remove(event.step)
+
+    def latest(self, job: str) -> Checkpoint | None:
+        """The newest saved checkpoint of a job."""
+        entry = self._jobs.get(job)
+        if entry is None or not entry.steps:
+            return None
+        return entry.by_step[entry.steps[-1]]
+
+    def latest_before(self, job: str, *, step: int | None = None, ts: float | None = None) -> Checkpoint | None:
+        """The newest checkpoint strictly before `step` (and saved before `ts`)."""
+        entry = self._jobs.get(job)
+        if entry is None:
+            return None
+        upper = len(entry.steps) if step is None else bisect.bisect_left(entry.steps, step)
+        for i in range(upper - 1, -1, -1):
+            ckpt = entry.by_step[entry.steps[i]]
+            if ts is None or ckpt.ts <= ts:
+                return ckpt
+        return None

@@ -1,0 +1,69 @@
+"""Versioned event records shared by every part of trainguard.
+
+Everything that flows over Kafka is one of the records in `schemas.records`,
+encoded as JSON by `schemas.codec`. Records carry their own event time `ts`
+(seconds since the epoch) and a `schema_version`, so that consumers never
+depend on Kafka's timestamps and a producer of a newer format is refused
+with a clear reason instead of being misread.
+"""
+
+from schemas.codec import Codec, DecodeError, decode, encode
+from schemas.records import (
+    ANOMALY_KINDS,
+    SCHEMA_VERSION,
+    ActionCommand,
+    ActionResult,
+    Anomaly,
+    AuditEntry,
+    CheckpointEvent,
+    DeadLetter,
+    Decision,
+    GpuStats,
+    Heartbeat,
+    Incident,
+    JobTopology,
+    LogEvent,
+    NodeGpuSample,
+    PhaseChange,
+    PlannedAction,
+    RdmaPort,
+    RdmaSample,
+    Record,
+    StackSample,
+    TrainingStep,
+    XidEvent,
+    as_float,
+    metric,
+)
+
+__all__ = [
+    "ANOMALY_KINDS",
+    "SCHEMA_VERSION",
+    "ActionCommand",
+    "ActionResult",
+    "Anomaly",
+    "AuditEntry",
+    "CheckpointEvent",
+    "Codec",
+    "DeadLetter",
+    "Decision",
+    "DecodeError",
+    "GpuStats",
+    "Heartbeat",
+    "Incident",
+    "JobTopology",
+    "LogEvent",
+    "NodeGpuSample",
+    "PhaseChange",
+    "PlannedAction",
+    "RdmaPort",
+    "RdmaSample",
+    "Record",
+    "StackSample",
+    "TrainingStep",
+    "XidEvent",
+    "as_float",
+    "decode",
+    "encode",
+    "metric",
+]

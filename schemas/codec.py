@@ -1,0 +1,165 @@
+"""One codec for every record: bytes <-> records, strict and fast.
+
+msgspec validates while it parses, so a wrong type, a missing field, an
+unknown field or an unknown record type is reported with the JSON path of the
+field at fault. On top of that the codec refuses oversized payloads (before
+parsing them) and record versions it does not understand.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Union
+
+import msgspec
+
+from schemas.records import (
+    SCHEMA_VERSION,
+    ActionCommand,
+    ActionResult,
+    Anomaly,
+    AuditEntry,
+    CheckpointEvent,
+    DeadLetter,
+    Decision,
+    Heartbeat,
+    Incident,
+    JobTopology,
+    LogEvent,
+    NodeGpuSample,
+    PhaseChange,
+    RdmaSample,
+    Record,
+    StackSample,
+    TrainingStep,
+)
+
+RECORD_TYPES: tuple[type[Record], ...] = (
+    NodeGpuSample,
+    RdmaSample,
+    TrainingStep,
+    Heartbeat,
+    PhaseChange,
+    CheckpointEvent,
+    LogEvent,
+    StackSample,
+    JobTopology,
+    Anomaly,
+    Incident,
+    Decision,
+    ActionCommand,
+    ActionResult,
+    AuditEntry,
+    DeadLetter,
+)
+AnyRecord = Union[RECORD_TYPES]  # type: ignore[valid-type]
+
+DEFAULT_MAX_BYTES = 1 << 20
+_PATH = re.compile(r"at `\$\.?([^`]*)`|unknown field `([^`]*)`")
+
+
+class DecodeError(ValueError):
+    """A payload is not a valid record. `field` names the culprit, if one."""
+
+    def __init__(self, reason: str, field: str = "") -> None:
+        super().__init__(f"{reason} (field: {field})" if field else reason)
+        self.reason = reason
+        self.field = field
+
+
+def record_tag(cls: type[Record]) -> str:
+    """The `type` tag that a record class is written with."""
+    return str(cls.__struct_config__.tag)
+
+
+class Codec:
+    """Encodes and decodes records. Holds reusable msgspec encoder/decoders.
+
+    >>> from schemas.records import Heartbeat
+    >>> codec = Codec()
+    >>> data = codec.encode(Heartbeat(ts=1.0, job="j", rank=0, node="n0"))
+    >>> codec.decode(data).rank
+    0
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._encoder = msgspec.json.Encoder()
+        self._decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(AnyRecord)
+        self._typed: dict[type[Record], msgspec.json.Decoder[Any]] = {}
+
+    def encode(self, record: Record) -> bytes:
+        """Serialise one record to compact JSON bytes."""
+        return self._encoder.encode(record)
+
+    def decode(self, data: bytes | bytearray | memoryview | str, expect: type[Record] | None = None) -> Any:
+        """Parse and validate one record; raise `DecodeError` naming the field.
+
+        `expect` restricts the payload to one record type (and is faster).
+        """
+        if len(data) > self.max_bytes:
+            raise DecodeError(f"payload of {len(data)} bytes exceeds the {self.max_bytes}-byte limit")
+        decoder = self._decoder if expect is None else self._typed_decoder(expect)
+        try:
+            record = decoder.decode(data)
+        except msgspec.ValidationError as exc:
+            raise DecodeError(str(exc), _field_of(str(exc))) from None
+        except msgspec.DecodeError as exc:
+            raise DecodeError(f"malformed JSON: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"payload is not UTF-8: {exc.reason}") from None
+        if record.schema_version != SCHEMA_VERSION:
+            raise DecodeError(
+                f"unsupported schema_version {record.schema_version} (this build reads {SCHEMA_VERSION})",
+                "schema_version",
+            )
+        return record
+
+    def to_builtins(self, record: Record) -> dict[str, Any]:
+        """The record as plain JSON-ready Python objects (for recordings)."""
+        out: dict[str, Any] = msgspec.to_builtins(record)
+        return out
+
+    def from_builtins(self, value: Any, expect: type[Record] | None = None) -> Any:
+        """Validate plain Python objects (a parsed JSON object) as a record."""
+        try:
+            record = msgspec.convert(value, AnyRecord if expect is None else expect)
+        except msgspec.ValidationError as exc:
+            raise DecodeError(str(exc), _field_of(str(exc))) from None
+        if record.schema_version != SCHEMA_VERSION:
+            raise DecodeError(f"unsupported schema_version {record.schema_version}", "schema_version")
+        return record
+
+    def _typed_decoder(self, cls: type[Record]) -> msgspec.json.Decoder[Any]:
+        decoder = self._typed.get(cls)
+        if decoder is None:
+            decoder = self._typed[cls] = msgspec.json.Decoder(cls)
+        return decoder
+
+
+def _field_of(message: str) -> str:
+    match = _PATH.search(message)
+    if not match:
+        return ""
+    return match.group(1) if match.group(1) is not None else match.group(2)
+
+
+_DEFAULT = Codec()
+
+
+def encode(record: Record) -> bytes:
+    """Encode with a shared default codec (stateless, safe to share)."""
+    return _DEFAULT.encode(record)
+
+
+def decode(data: bytes | bytearray | memoryview | str, expect: type[Record] | None = None) -> Any:
+    """Decode with a shared default codec; see `Codec.decode`."""
+    return _DEFAULT.decode(data, expect)
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """JSON Schema documents, one per record type, keyed by the type tag."""
+    out: dict[str, dict[str, Any]] = {}
+    for cls in RECORD_TYPES:
+        out[record_tag(cls)] = msgspec.json.schema(cls)
+    return out

@@ -1,0 +1,382 @@
+"""The record types: one msgspec Struct per kind of event.
+
+Every record is a tagged struct: its JSON object carries `"type": "<tag>"`,
+so one decoder reads any record and a recording line needs no side table.
+Records are frozen: detectors and actions can share them without copying
+and can never mutate their input.
+
+Floats that may legitimately be non-finite (loss, grad norm) use the
+`Metric` type: a JSON number, or one of the strings "nan", "inf", "-inf".
+JSON has no NaN literal and msgspec would write NaN as null, which would
+lose exactly the fact the NaN detector needs. `metric()` converts a Python
+float for sending and `as_float()` converts back.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+NonFinite = Literal["nan", "inf", "-inf"]
+Metric = float | NonFinite
+
+AnomalyKind = Literal[
+    "hw_fault", "network", "hang", "slowdown", "nan", "loss_spike", "sdc", "user_error"
+]
+ANOMALY_KINDS: tuple[str, ...] = (
+    "hw_fault",
+    "network",
+    "hang",
+    "slowdown",
+    "nan",
+    "loss_spike",
+    "sdc",
+    "user_error",
+)
+Phase = Literal["init", "training", "checkpointing", "eval", "idle", "stopped"]
+
+
+def metric(value: float | None) -> Metric | None:
+    """Encode a Python float for a record, keeping NaN and Inf visible."""
+    if value is None or math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "nan"
+    return "inf" if value > 0 else "-inf"
+
+
+def as_float(value: Metric | None) -> float | None:
+    """Decode a `Metric` back into a Python float (NaN and Inf included)."""
+    if value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return float(value)
+    return float(value)  # "nan", "inf", "-inf" are valid float() spellings
+
+
+class Record(
+    msgspec.Struct,
+    kw_only=True,
+    frozen=True,
+    forbid_unknown_fields=True,
+    tag_field="type",
+    gc=False,
+):
+    """Base of every record: a schema version and an event time in seconds."""
+
+    ts: float
+    schema_version: int = SCHEMA_VERSION
+
+
+# --------------------------------------------------------------------- hardware
+
+
+class XidEvent(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, gc=False):
+    """One XID error reported by the driver for one GPU."""
+
+    gpu: int
+    code: int
+    ts: float
+    message: str = ""
+
+
+class GpuStats(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, gc=False):
+    """One GPU's readings within a node sample. Counters are cumulative."""
+
+    index: int
+    uuid: str = ""
+    util_pct: float = 0.0
+    sm_clock_mhz: float = 0.0
+    max_sm_clock_mhz: float = 0.0
+    mem_used_mb: float = 0.0
+    power_w: float = 0.0
+    temp_c: float = 0.0
+    throttle_reasons: int = 0
+    ecc_sbe: int = 0
+    ecc_dbe: int = 0
+    remapped_correctable: int = 0
+    remapped_uncorrectable: int = 0
+    remap_failed: bool = False
+    remap_pending: bool = False
+    nvlink_errors: int = 0
+    pcie_replays: int = 0
+    recovery_action: int = 0
+    lost: bool = False
+
+
+class NodeGpuSample(Record, tag="gpu_sample"):
+    """All GPUs of one node at one instant, plus XIDs seen since the last sample.
+
+    `nvml_ok` is False when NVML is missing, failing or timed out: the node is
+    then *unobserved*, never healthy, and `error` says why.
+    """
+
+    node: str
+    gpus: list[GpuStats] = []
+    xids: list[XidEvent] = []
+    nvml_ok: bool = True
+    error: str = ""
+    job: str = ""
+
+
+class RdmaPort(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, gc=False):
+    """One InfiniBand/RoCE port: byte rates and cumulative error counters."""
+
+    device: str
+    port: int
+    state: str = "ACTIVE"
+    tx_bytes: int = 0
+    rx_bytes: int = 0
+    tx_bps: float = 0.0
+    rx_bps: float = 0.0
+    link_downed: int = 0
+    symbol_errors: int = 0
+    rcv_errors: int = 0
+    xmit_discards: int = 0
+    link_error_recovery: int = 0
+
+
+class RdmaSample(Record, tag="rdma_sample"):
+    """All RDMA ports of one node at one instant."""
+
+    node: str
+    ports: list[RdmaPort] = []
+    job: str = ""
+
+
+# --------------------------------------------------------------------- training
+
+
+class TrainingStep(Record, tag="step"):
+    """One finished optimizer step on one rank.
+
+    `checksum` is a digest of parameters or gradients that must be identical
+    across data-parallel replicas of the same (tp, pp) shard; it is how SDC is
+    caught. `compute_time_s` excludes waiting in collectives, which is what
+    tells a straggler from its victims.
+    """
+
+    job: str
+    rank: int
+    node: str
+    step: int
+    loss: Metric
+    grad_norm: Metric | None = None
+    tokens: int = 0
+    step_time_s: float = 0.0
+    compute_time_s: float | None = None
+    mfu: float | None = None
+    dp: int = 0
+    tp: int = 0
+    pp: int = 0
+    checksum: str | None = None
+    code_version: str = ""
+    attempt: int = 0
+
+
+class Heartbeat(Record, tag="heartbeat"):
+    """A liveness beat from a training process, sent from a background thread."""
+
+    job: str
+    rank: int
+    node: str
+    pid: int = 0
+    step: int = 0
+    phase: Phase = "training"
+
+
+class PhaseChange(Record, tag="phase"):
+    """The job announces it enters a phase (checkpointing, eval ...)."""
+
+    job: str
+    phase: Phase
+    rank: int = 0
+    node: str = ""
+    step: int = 0
+
+
+class CheckpointEvent(Record, tag="checkpoint"):
+    """A checkpoint announcement; `status` moves started -> saved (or failed)."""
+
+    job: str
+    step: int
+    path: str
+    status: Literal["started", "saved", "failed", "invalid"] = "saved"
+    rank: int = 0
+    code_version: str = ""
+
+
+class LogEvent(Record, tag="log"):
+    """One interesting log line (CUDA, NCCL, XID, traceback, exit code)."""
+
+    node: str
+    level: str
+    source: str
+    message: str
+    job: str = ""
+    rank: int | None = None
+    category: str = ""
+    exit_code: int | None = None
+
+
+class StackSample(Record, tag="stack"):
+    """The Python stack of one training process; frames outermost first."""
+
+    job: str
+    rank: int
+    node: str
+    frames: list[str]
+    pid: int = 0
+    reason: str = ""
+
+
+class JobTopology(Record, tag="topology"):
+    """The job's parallel layout and where each rank runs."""
+
+    job: str
+    world_size: int
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    rank_nodes: dict[int, str] = {}
+
+
+# ----------------------------------------------------------------- findings
+
+
+class Anomaly(Record, tag="anomaly"):
+    """One detector's finding, localised as precisely as the detector can.
+
+    `ts` is the event time at which it was detected; `onset` is the event time
+    at which the detector believes the fault began.
+    """
+
+    id: str
+    kind: AnomalyKind
+    detector: str
+    onset: float
+    job: str = ""
+    nodes: list[str] = []
+    ranks: list[int] = []
+    gpus: list[str] = []
+    group: str = ""
+    step: int | None = None
+    score: float = 1.0
+    evidence: dict[str, Any] = {}
+
+
+class Incident(Record, tag="incident"):
+    """Anomalies about one fault, merged: one per job and kind and episode."""
+
+    id: str
+    kind: AnomalyKind
+    job: str
+    onset: float
+    detected_at: float
+    nodes: list[str] = []
+    ranks: list[int] = []
+    gpus: list[str] = []
+    group: str = ""
+    step: int | None = None
+    anomaly_ids: list[str] = []
+    evidence: dict[str, Any] = {}
+
+
+# ------------------------------------------------------------------ actions
+
+
+ActionName = Literal[
+    "evict_node",
+    "cordon_node",
+    "uncordon_node",
+    "swap_standby",
+    "restart_from_checkpoint",
+    "hot_update",
+    "rollback_code",
+    "retry",
+    "dump_stacks",
+    "self_check",
+    "replay_regroup",
+    "stop",
+    "escalate",
+    "none",
+]
+
+
+class PlannedAction(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, gc=False):
+    """One step of a decision's plan."""
+
+    action: ActionName
+    nodes: list[str] = []
+    ranks: list[int] = []
+    params: dict[str, Any] = {}
+
+
+class Decision(Record, tag="decision"):
+    """What the decision engine chose for an incident, and why."""
+
+    id: str
+    incident_id: str
+    job: str
+    kind: AnomalyKind
+    rule: str
+    plan: list[PlannedAction]
+    reason: str
+    inputs: dict[str, Any] = {}
+    alternatives: list[str] = []
+    dry_run: bool = False
+    status: Literal["planned", "awaiting_approval", "blocked", "executed", "failed"] = "planned"
+
+
+class ActionCommand(Record, tag="action_command"):
+    """A signed instruction to an executor or an on-node agent.
+
+    `signature` is an HMAC over the command's other fields (see
+    `actions.signing`); an unsigned or forged command is refused.
+    """
+
+    id: str
+    action: ActionName
+    job: str = ""
+    nodes: list[str] = []
+    ranks: list[int] = []
+    params: dict[str, Any] = {}
+    decision_id: str = ""
+    incident_id: str = ""
+    signature: str = ""
+
+
+class ActionResult(Record, tag="action_result"):
+    """The outcome of one command, published by whoever carried it out."""
+
+    command_id: str
+    action: ActionName
+    status: Literal["ok", "failed", "rejected", "skipped"]
+    message: str = ""
+    job: str = ""
+    node: str = ""
+    details: dict[str, Any] = {}
+
+
+class AuditEntry(Record, tag="audit"):
+    """An entry of the append-only audit trail of every decision and action."""
+
+    event: str
+    subject_id: str
+    detail: dict[str, Any] = {}
+    actor: str = ""
+
+
+class DeadLetter(Record, tag="dead_letter"):
+    """A message that could not be decoded, kept whole with the reason."""
+
+    source_topic: str
+    reason: str
+    original_b64: str
+    partition: int = -1
+    offset: int = -1
+    key_b64: str = ""

@@ -1,0 +1,80 @@
+"""Topic names and message keys: where each record type travels.
+
+Training events of a job (steps, heartbeats, phases, topology,
+stacks) share one topic keyed by job, so one partition holds them in the
+order the job produced them; the hang detector relies on a phase change
+arriving before the silence it explains. Checkpoint announcements have a
+topic of their own (keyed by job) so the action consumer can follow them
+without reading every step. Hardware samples are keyed by node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.records import Record
+
+# logical topic -> record tags it carries
+TOPIC_RECORDS: dict[str, tuple[str, ...]] = {
+    "training": ("step", "heartbeat", "phase", "topology", "stack"),
+    "checkpoints": ("checkpoint",),
+    "gpu": ("gpu_sample",),
+    "rdma": ("rdma_sample",),
+    "logs": ("log",),
+    "anomalies": ("anomaly",),
+    "incidents": ("incident",),
+    "decisions": ("decision",),
+    "actions": ("action_command",),
+    "action-results": ("action_result",),
+    "audit": ("audit",),
+    "dead-letter": ("dead_letter",),
+}
+TOPIC_OF_TAG: dict[str, str] = {tag: topic for topic, tags in TOPIC_RECORDS.items() for tag in tags}
+INPUT_TOPICS: tuple[str, ...] = ("training", "checkpoints", "gpu", "rdma", "logs")
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Physical topic names under a configurable prefix.
+
+    >>> Topics("tg.").name("training")
+    'tg.training'
+    """
+
+    prefix: str = "tg."
+
+    def name(self, logical: str) -> str:
+        """The physical name of a logical topic."""
+        if logical not in TOPIC_RECORDS:
+            raise KeyError(f"unknown topic {logical!r}; known: {', '.join(TOPIC_RECORDS)}")
+        return self.prefix + logical
+
+    def for_record(self, record: Record) -> str:
+        """The physical topic a record is published on."""
+        return self.prefix + TOPIC_OF_TAG[tag_of(record)]
+
+    def all(self) -> list[str]:
+        """Every physical topic name."""
+        return [self.prefix + t for t in TOPIC_RECORDS]
+
+    def logical(self, physical: str) -> str:
+        """Inverse of `name`: strip the prefix."""
+        return physical[len(self.prefix):] if physical.startswith(self.prefix) else physical
+
+
+def tag_of(record: Record) -> str:
+    """The `type` tag of a record instance."""
+    return str(type(record).__struct_config__.tag)
+
+
+def key_for(record: Record) -> bytes:
+    """The Kafka key: the job for job-scoped records, else the node.
+
+    One job's training events land on one partition (ordered); one node's
+    hardware samples likewise.
+    """
+    job = getattr(record, "job", "")
+    if TOPIC_OF_TAG[tag_of(record)] in ("training", "checkpoints") or (job and not hasattr(record, "node")):
+        return job.encode()
+    node = getattr(record, "node", "")
+    return (node or job).encode()

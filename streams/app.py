@@ -1,0 +1,79 @@
+"""The Faust worker, built by a factory from settings (no module-level app).
+
+One agent per input topic, each with concurrency 1 (faust #606: higher
+concurrency can commit offsets past unprocessed messages). Agents take
+events in batches to amortise Faust's per-event overhead and hand the raw
+bytes to one shared `MessageProcessor`; since agents run on one event loop
+and processing is synchronous, the detectors' state is never touched
+concurrently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+
+from detectors.pipeline import DetectionPipeline
+from schemas.topics import INPUT_TOPICS, Topics
+from streams.idle import IdleClock
+from streams.processor import MessageProcessor, OutMessage, RawMessage
+from trainguard.settings import Settings
+
+
+def create_app(settings: Settings, processor: MessageProcessor | None = None) -> faust.App:
+    """Build the worker app: topics, agents, idle timer."""
+    topics = Topics(settings.topics.prefix)
+    app = faust.App(
+        settings.worker.app_id,
+        broker=f"kafka://{settings.broker.servers}",
+        store="memory://",
+        datadir=str(settings.worker.state_dir),
+        topic_partitions=settings.topics.partitions,
+        topic_replication_factor=settings.topics.replication,
+        web_enabled=False,
+        producer_compression_type="lz4",
+        consumer_auto_offset_reset="earliest",
+    )
+    proc = processor or MessageProcessor(DetectionPipeline.from_settings(settings.detectors), topics)
+    app.trainguard_processor = proc  # type: ignore[attr-defined]  # for tests and metrics
+    outputs = {name: app.topic(topics.name(name), value_serializer="raw", key_serializer="raw")
+               for name in ("anomalies", "incidents", "dead-letter")}
+    by_physical = {t.get_topic_name(): t for t in outputs.values()}
+    idle = IdleClock()
+    batch, within = settings.worker.batch_size, settings.worker.batch_within_s
+
+    async def emit(messages: list[OutMessage]) -> None:
+        for out in messages:
+            await by_physical[out.topic].send(key=out.key, value=out.value)
+
+    for logical in INPUT_TOPICS:
+        source = app.topic(topics.name(logical), value_serializer="raw", key_serializer="raw")
+
+        async def consume(stream: Any) -> None:
+            async for events in stream.take_events(batch, within=within):
+                raws = [_raw(e) for e in events]
+                await emit(proc.process_batch(raws))
+                idle.saw(proc.pipeline.watermark)
+
+        app.agent(source, name=f"trainguard.detect.{logical}", concurrency=1)(consume)
+
+    @app.timer(1.0)
+    async def advance_when_idle() -> None:
+        ts = idle.idle_watermark()
+        if ts is not None:
+            await emit(proc.advance(ts))
+
+    return app
+
+
+def _raw(event: Any) -> RawMessage:
+    msg = event.message
+    return RawMessage(
+        topic=msg.topic,
+        value=msg.value,
+        key=msg.key,
+        partition=msg.partition,
+        offset=msg.offset,
+        timestamp=(msg.timestamp or 0.0),
+    )

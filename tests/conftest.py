@@ -1,0 +1,51 @@
+"""Shared fixtures. Broker tests use the real local Kafka broker.
+
+`make test` starts the broker before pytest and stops it after. Run alone,
+the `kafka` fixture starts it itself (and leaves it running for the next
+run). Each test gets its own topic prefix, so tests never see each other's
+messages.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from trainguard.localkafka.broker import LocalBroker
+from trainguard.settings import Settings, load_settings
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[str]:
+    """Bootstrap servers of a live local broker (started if needed)."""
+    settings = load_settings()
+    broker = LocalBroker(settings.broker)
+    if broker.pid() is None:
+        broker.start()
+    broker.topics()  # proves it answers; raises otherwise, never skips
+    yield settings.broker.servers
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A topic prefix unique to this test."""
+    return f"t{uuid.uuid4().hex[:10]}."
+
+
+@pytest.fixture
+def settings_factory(kafka: str, topic_prefix: str, tmp_path: os.PathLike[str]):  # type: ignore[no-untyped-def]
+    """Build Settings pointing at the live broker with this test's prefix."""
+
+    def make(**overrides: object) -> Settings:
+        base: dict[str, object] = {
+            "topics": {"prefix": topic_prefix, "partitions": 2},
+            "worker": {"app_id": f"w-{topic_prefix}", "state_dir": str(tmp_path) + "/worker"},
+            "actions": {"group_id": f"a-{topic_prefix}"},
+        }
+        base.update(overrides)
+        return load_settings(None, **base)
+
+    return make

@@ -1,0 +1,1 @@
+"""One module per `trainguard` subcommand, each with `register(subparsers)`."""

@@ -1,0 +1,30 @@
+"""`trainguard worker`: the Faust stream-processing worker running the detectors."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainguard.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("worker", help="run the detection worker (Faust)",
+                       description="Consume the telemetry topics, run the configured detectors, and publish "
+                       "anomalies, incidents and dead letters.")
+    p.add_argument("--loglevel", default="warn", choices=["crit", "error", "warn", "info", "debug"])
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    import faust
+
+    from schemas.topics import Topics
+    from streams.admin import ensure_topics
+    from streams.app import create_app
+
+    ensure_topics(settings.broker.servers, Topics(settings.topics.prefix).all(),
+                  partitions=settings.topics.partitions, replication=settings.topics.replication)
+    app = create_app(settings)
+    worker = faust.Worker(app, loglevel=args.loglevel, quiet=True)
+    worker.execute_from_commandline()
+    return 0

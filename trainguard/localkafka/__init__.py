@@ -1,0 +1,1 @@
+"""The local Apache Kafka broker used by the demo and the tests."""
