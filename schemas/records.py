@@ -25,7 +25,8 @@ NonFinite = Literal["nan", "inf", "-inf"]
 Metric = float | NonFinite
 
 AnomalyKind = Literal[
-    "hw_fault", "network", "hang", "slowdown", "nan", "loss_spike", "sdc", "user_error"
+    "hw_fault", "network", "hang", "slowdown", "nan", "loss_spike", "sdc", "user_error",
+    "unknown", "transient",  # no detector emits these yet; the action engine retries once, then escalates
 ]
 ANOMALY_KINDS: tuple[str, ...] = (
     "hw_fault",
