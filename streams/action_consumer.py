@@ -50,11 +50,14 @@ class ActionLoop:
         )
         producer = KafkaProducer(bootstrap_servers=self.servers, acks="all", linger_ms=5)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        incidents = self.topics.name("incidents")
         done = 0
         try:
             while (max_incidents is None or done < max_incidents) and (deadline is None or time.monotonic() < deadline):
                 polled = consumer.poll(timeout_ms=500)
-                for _, messages in sorted(polled.items(), key=lambda kv: kv[0].topic.endswith("incidents")):
+                if any(tp.topic == incidents for tp in polled):
+                    polled = self._with_checkpoints_caught_up(consumer, polled)
+                for _, messages in sorted(polled.items(), key=lambda kv: kv[0].topic == incidents):
                     for msg in messages:
                         done += self._handle(msg.value, producer, on_decision)
                 if polled:
@@ -65,6 +68,30 @@ class ActionLoop:
             producer.close()
             consumer.close()
         return done
+
+    def _with_checkpoints_caught_up(self, consumer: KafkaConsumer, polled: dict) -> dict:  # type: ignore[type-arg]
+        """Read every checkpoint announcement published so far before deciding.
+
+        An incident asks "which checkpoint precedes the onset?"; answering it
+        from a half-read checkpoint topic would restore too far back.
+        """
+        topic = self.topics.name("checkpoints")
+        parts = [tp for tp in consumer.assignment() if tp.topic == topic]
+        others = [tp for tp in consumer.assignment() if tp.topic != topic]
+        if not parts:
+            return polled
+        ends = consumer.end_offsets(parts)
+        merged = {tp: list(msgs) for tp, msgs in polled.items()}
+        consumer.pause(*others)
+        try:
+            for _ in range(100):
+                if all(consumer.position(tp) >= ends[tp] for tp in parts):
+                    break
+                for tp, msgs in consumer.poll(timeout_ms=200).items():
+                    merged.setdefault(tp, []).extend(msgs)
+        finally:
+            consumer.resume(*others)
+        return merged
 
     def _handle(self, value: bytes, producer: KafkaProducer, on_decision: Callable[[Incident, Decision], None]) -> int:
         try:

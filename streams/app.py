@@ -10,13 +10,16 @@ concurrently.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import faust
+from faust.types import TP
 
 from detectors.pipeline import DetectionPipeline
 from schemas.topics import INPUT_TOPICS, Topics
 from streams.idle import IdleClock
+from streams.metrics import WorkerMetrics, detector_state_sizes
 from streams.processor import MessageProcessor, OutMessage, RawMessage
 from trainguard.settings import Settings
 
@@ -24,6 +27,7 @@ from trainguard.settings import Settings
 def create_app(settings: Settings, processor: MessageProcessor | None = None) -> faust.App:
     """Build the worker app: topics, agents, idle timer."""
     topics = Topics(settings.topics.prefix)
+    settings.worker.state_dir.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         settings.worker.app_id,
         broker=f"kafka://{settings.broker.servers}",
@@ -32,11 +36,11 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
         topic_partitions=settings.topics.partitions,
         topic_replication_factor=settings.topics.replication,
         web_enabled=False,
-        producer_compression_type="lz4",
         consumer_auto_offset_reset="earliest",
     )
     proc = processor or MessageProcessor(DetectionPipeline.from_settings(settings.detectors), topics)
     app.trainguard_processor = proc  # type: ignore[attr-defined]  # for tests and metrics
+    metrics = _metrics(app, settings, proc, topics) if settings.metrics.enabled else None
     outputs = {name: app.topic(topics.name(name), value_serializer="raw", key_serializer="raw")
                for name in ("anomalies", "incidents", "dead-letter")}
     by_physical = {t.get_topic_name(): t for t in outputs.values()}
@@ -44,6 +48,8 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
     batch, within = settings.worker.batch_size, settings.worker.batch_within_s
 
     async def emit(messages: list[OutMessage]) -> None:
+        if metrics is not None and messages:
+            metrics.count_outputs(messages)
         for out in messages:
             await by_physical[out.topic].send(key=out.key, value=out.value)
 
@@ -53,7 +59,10 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
         async def consume(stream: Any) -> None:
             async for events in stream.take_events(batch, within=within):
                 raws = [_raw(e) for e in events]
+                started = time.perf_counter()
                 await emit(proc.process_batch(raws))
+                if metrics is not None:
+                    metrics.observe_batch(raws, time.perf_counter() - started, proc.pipeline.watermark)
                 idle.saw(proc.pipeline.watermark)
 
         app.agent(source, name=f"trainguard.detect.{logical}", concurrency=1)(consume)
@@ -65,6 +74,31 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
             await emit(proc.advance(ts))
 
     return app
+
+
+def _metrics(app: faust.App, settings: Settings, proc: MessageProcessor, topics: Topics) -> WorkerMetrics:
+    """The worker's Prometheus metrics; the HTTP endpoint only when a port is set."""
+    metrics = WorkerMetrics(stats=proc.stats, topics=topics, state_sizes=detector_state_sizes(proc.pipeline.detectors))
+    app.trainguard_metrics = metrics  # type: ignore[attr-defined]
+
+    @app.timer(settings.metrics.lag_interval_s)
+    async def refresh_lag() -> None:
+        metrics.refresh_lag(lambda topic, partition: _highwater(app, topic, partition))
+
+    if settings.metrics.port > 0:
+
+        @app.task
+        async def serve_metrics() -> None:
+            app.trainguard_metrics_server = metrics.serve(settings.metrics.port)  # type: ignore[attr-defined]
+
+    return metrics
+
+
+def _highwater(app: faust.App, topic: str, partition: int) -> int | None:
+    try:
+        return int(app.consumer.highwater(TP(topic, partition)))
+    except Exception:  # not assigned (yet) or no fetch seen: unknown, not zero
+        return None
 
 
 def _raw(event: Any) -> RawMessage:
