@@ -1,0 +1,184 @@
+"""The one Kafka edge of the collectors: every record leaves a node through here.
+
+`publish()` only puts the record on an in-memory queue, so a training step
+pays a microsecond, not a network round trip. A background sender thread
+writes each record to the on-disk `Spool` (durable across restarts), sends
+the oldest spooled records in order through one kafka-python producer
+(batched, gzip-compressed, acks=all), and deletes them once acknowledged.
+While the broker is unreachable the records simply stay spooled; when it
+returns they go out in the order they were taken.
+
+Delivery is at-least-once: after a partial failure the whole unacknowledged
+tail is resent, so a record may arrive twice but never out of order and
+never not at all (unless the spool bound forced a counted drop).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
+
+from collectors.spool import LOW_VALUE_TAGS, Spool
+from schemas.codec import Codec
+from schemas.records import Record
+from schemas.topics import Topics, key_for, tag_of
+
+log = logging.getLogger(__name__)
+
+
+class Publisher:
+    """Asynchronous, spooling, ordered publisher of records to Kafka."""
+
+    def __init__(self, *, servers: str, topics: Topics, spool_dir: Path, spool_max_bytes: int = 256 << 20,
+                 batch_size: int = 500, linger_s: float = 0.02, send_timeout_s: float = 10.0,
+                 retry_backoff_s: float = 1.0, compression: str = "gzip", client_id: str = "trainguard-collector") -> None:
+        self.servers = servers
+        self.topics = topics
+        self.spool = Spool(spool_dir, max_bytes=spool_max_bytes)
+        self.sent = 0
+        self.send_failures = 0
+        self._batch_size = batch_size
+        self._linger_s = linger_s
+        self._send_timeout_s = send_timeout_s
+        self._retry_backoff_s = retry_backoff_s
+        self._producer_config: dict[str, Any] = dict(
+            bootstrap_servers=servers, client_id=client_id, acks="all", compression_type=compression,
+            linger_ms=int(linger_s * 1000), max_in_flight_requests_per_connection=1,
+            request_timeout_ms=int(send_timeout_s * 1000) // 2, max_block_ms=int(send_timeout_s * 1000) // 2,
+            delivery_timeout_ms=int(send_timeout_s * 1000), retries=3,
+        )
+        self._codec = Codec()
+        self._queue: queue.SimpleQueue[Record | threading.Event | None] = queue.SimpleQueue()
+        self._producer: KafkaProducer | None = None
+        self._stopping = threading.Event()
+        self._markers: list[tuple[int, threading.Event]] = []  # (last seq before a flush, its event)
+        self._thread = threading.Thread(target=self._run, name="trainguard-publisher", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------- API
+
+    def publish(self, record: Record) -> None:
+        """Queue one record for sending. Non-blocking and thread-safe."""
+        self._queue.put(record)
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until everything queued so far is delivered; False on timeout."""
+        marker = threading.Event()
+        self._queue.put(marker)
+        return marker.wait(timeout_s)
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Deliver what can be delivered within `timeout_s`; the rest stays spooled.
+
+        Returns True when nothing was left behind.
+        """
+        delivered = self.flush(timeout_s)
+        self._stopping.set()
+        self._queue.put(None)
+        self._thread.join(timeout=self._send_timeout_s + 5)
+        if self._producer is not None:
+            self._producer.close(timeout=2)
+        return delivered
+
+    def stats(self) -> dict[str, int]:
+        """Counters for metrics and logs."""
+        return {"sent": self.sent, "spooled": len(self.spool), "spool_bytes": self.spool.size_bytes,
+                "dropped_low_value": self.spool.dropped_low, "dropped_other": self.spool.dropped_other,
+                "send_failures": self.send_failures}
+
+    # ------------------------------------------------------ sender thread
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._drain(block=True)
+            while len(self.spool) and not self._stopping.is_set():
+                if not self._send_batch():
+                    self.send_failures += 1
+                    self._drain(block=False)
+                    self._stopping.wait(self._retry_backoff_s)
+                self._drain(block=False)
+                self._release_markers()
+            self._release_markers()
+        self._drain(block=False)  # whatever arrived last is at least on disk
+
+    def _release_markers(self) -> None:
+        """Wake flushers whose records have all been delivered."""
+        oldest = self.spool.oldest_seq()
+        still: list[tuple[int, threading.Event]] = []
+        for last, event in self._markers:
+            if oldest is None or oldest > last:
+                event.set()
+            else:
+                still.append((last, event))
+        self._markers = still
+
+    def _drain(self, *, block: bool) -> None:
+        """Move queued records into the spool (waiting up to 0.5 s for the first if `block`)."""
+        try:
+            item = self._queue.get(timeout=0.5) if block else self._queue.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            if isinstance(item, threading.Event):
+                self._markers.append((self.spool.next_seq - 1, item))
+            elif item is not None:
+                self._spool(item)
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+
+    def _spool(self, record: Record) -> None:
+        try:
+            value = self._codec.encode(record)
+            topic, key = self.topics.for_record(record), key_for(record)
+        except Exception:  # a record we cannot encode would block the queue forever
+            log.exception("dropping unencodable record %r", type(record).__name__)
+            return
+        self.spool.append(topic, key, value, low_value=tag_of(record) in LOW_VALUE_TAGS)
+
+    def _send_batch(self) -> bool:
+        entries = self.spool.peek(self._batch_size)
+        if not entries:
+            return True
+        try:
+            producer = self._ensure_producer()
+            futures = [producer.send(e.topic, key=e.key, value=e.value) for e in entries]
+            producer.flush(timeout=self._send_timeout_s)
+        except KafkaError as exc:
+            log.warning("broker %s unreachable (%s); %d records spooled", self.servers, exc, len(self.spool))
+            return False
+        delivered: list[int] = []
+        for entry, future in zip(entries, futures):
+            if not (future.is_done and future.succeeded()):
+                break  # resend this one and everything after it, keeping order
+            delivered.append(entry.seq)
+        self.spool.remove(delivered)
+        self.sent += len(delivered)
+        if len(delivered) < len(entries):
+            log.warning("broker %s: %d of %d records unacknowledged; will resend", self.servers,
+                        len(entries) - len(delivered), len(entries))
+            return False
+        return True
+
+    def _ensure_producer(self) -> KafkaProducer:
+        if self._producer is None:
+            self._producer = KafkaProducer(**self._producer_config)
+        return self._producer
+
+
+def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll `predicate()` until true or `timeout_s` passes (for shutdown paths and tests)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return bool(predicate())
