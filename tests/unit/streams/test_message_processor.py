@@ -1,0 +1,52 @@
+"""The worker's logic without Kafka: decode, route, dead-letter, detect."""
+
+from __future__ import annotations
+
+import base64
+
+from detectors.nan import NanDetector
+from detectors.pipeline import DetectionPipeline
+from schemas import Codec, DeadLetter, Heartbeat, Incident, TrainingStep
+from schemas.topics import Topics
+from streams.processor import MessageProcessor, RawMessage
+
+
+def processor() -> MessageProcessor:
+    return MessageProcessor(DetectionPipeline([NanDetector()]), Topics("t."))
+
+
+def test_malformed_message_becomes_a_dead_letter_with_reason_and_bytes() -> None:
+    proc = processor()
+    out = proc.process(RawMessage(topic="t.training", value=b'{"type":"step"', key=b"j", partition=1, offset=42))
+    assert [m.topic for m in out] == ["t.dead-letter"]
+    letter = Codec().decode(out[0].value)
+    assert isinstance(letter, DeadLetter)
+    assert "malformed JSON" in letter.reason
+    assert base64.b64decode(letter.original_b64) == b'{"type":"step"'
+    assert (letter.partition, letter.offset, letter.source_topic) == (1, 42, "t.training")
+    assert proc.stats.dead_lettered == 1
+
+
+def test_record_on_the_wrong_topic_is_dead_lettered() -> None:
+    value = Codec().encode(Heartbeat(ts=1.0, job="j", rank=0, node="n"))
+    out = processor().process(RawMessage(topic="t.gpu", value=value))
+    assert "does not belong" in Codec().decode(out[0].value).reason
+
+
+def test_tombstone_is_dead_lettered() -> None:
+    out = processor().process(RawMessage(topic="t.training", value=None))
+    assert out[0].topic == "t.dead-letter"
+
+
+def test_nan_step_yields_anomaly_and_incident() -> None:
+    codec = Codec()
+    proc = processor()
+    good = codec.encode(TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=1, loss=3.0))
+    bad = codec.encode(TrainingStep(ts=2.0, job="j", rank=2, node="n1", step=2, loss="nan"))
+    assert proc.process(RawMessage(topic="t.training", value=good)) == []
+    out = proc.process_batch([RawMessage(topic="t.training", value=bad)])
+    assert [m.topic for m in out] == ["t.anomalies", "t.incidents"]
+    incident = codec.decode(out[1].value)
+    assert isinstance(incident, Incident)
+    assert (incident.kind, incident.job, incident.ranks, incident.step) == ("nan", "j", [2], 2)
+    assert out[1].key == b"j"
