@@ -74,3 +74,21 @@ class CheckpointRegistry:
             if ts is None or ckpt.ts <= ts:
                 return ckpt
         return None
+
+    def latest_valid(self, job: str) -> Checkpoint | None:
+        """The newest checkpoint still valid (saved, not later invalidated)."""
+        return self.latest(job)
+
+    def latest_with_code(self, job: str, *, exclude: str = "") -> Checkpoint | None:
+        """The newest checkpoint written by a code version other than `exclude`.
+
+        That version is the last good code a user error rolls back to.
+        """
+        entry = self._jobs.get(job)
+        if entry is None:
+            return None
+        for step in reversed(entry.steps):
+            ckpt = entry.by_step[step]
+            if ckpt.code_version and ckpt.code_version != exclude:
+                return ckpt
+        return None

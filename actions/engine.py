@@ -1,84 +1,263 @@
 """The decision engine: one incident in, one explained plan out.
 
-Pure: it reads the incident and what it knows of the job (checkpoints) and
-returns a `Decision` recording the rule, the inputs and the alternatives it
-considered. Executing the plan is someone else's job (`actions.executors`).
+Pure: it reads the incident and what it knows of the job (checkpoints,
+topology, earlier incidents) and returns a `Decision` recording the rule,
+the inputs and the alternatives it considered. Time comes from the incident.
+Executing the plan is `actions.runner`'s job. The policy follows ByteRobust:
+isolate fast rather than diagnose exactly, treat code errors as first-class
+(roll back, do not evict), and keep recovery predictable (restart from a
+known checkpoint, on a known set of nodes).
+
+Plan steps can refer to earlier steps through `params`:
+`nodes_from` (evict whom step i named), `only_if_failed` (run only if step i
+failed) and `from_replay` (the machine the two replay phases name).
 """
 
 from __future__ import annotations
 
-from actions.checkpoints import CheckpointRegistry
+from typing import Any
+
+from actions.checkpoints import Checkpoint, CheckpointRegistry
+from actions.replay import plan_regroupings
+from actions.topology import Topology
 from detectors.base import anomaly_id
-from schemas.records import Decision, Incident, PlannedAction
+from schemas.records import Decision, Incident, JobTopology, PlannedAction
+
+SELF_CHECKS = ["dcgm", "all_to_all", "all_gather", "bitwise"]
 
 
 class DecisionEngine:
     """Maps incidents to plans following ByteRobust's recovery principles."""
 
-    def __init__(self, checkpoints: CheckpointRegistry, *, dry_run: bool = False) -> None:
+    def __init__(
+        self,
+        checkpoints: CheckpointRegistry,
+        *,
+        dry_run: bool = False,
+        retry_window_s: float = 3600.0,
+        network_confirmations: int = 2,
+    ) -> None:
         self.checkpoints = checkpoints
         self.dry_run = dry_run
+        self.retry_window_s = retry_window_s
+        self.network_confirmations = network_confirmations
+        self.topologies: dict[str, Topology] = {}
+        self._nan_steps: dict[str, set[int]] = {}
+        self._retried: dict[str, float] = {}
+        self._network_seen: dict[tuple[str, str], float] = {}
+
+    def observe_topology(self, record: JobTopology) -> None:
+        """Learn (or update) a job's parallel layout."""
+        self.topologies[record.job] = Topology.from_record(record)
 
     def decide(self, incident: Incident) -> Decision:
         """Choose the plan for one incident."""
-        if incident.kind in ("nan", "loss_spike"):
-            return self._restore_before_onset(incident)
+        kind = incident.kind
+        if kind == "hw_fault":
+            return self._hw_fault(incident)
+        if kind == "network":
+            return self._network(incident)
+        if kind in ("hang", "slowdown"):
+            return self._hang_or_slowdown(incident)
+        if kind in ("nan", "loss_spike"):
+            return self._numeric(incident)
+        if kind == "sdc":
+            return self._sdc(incident, rule="sdc.dual_phase_replay")
+        if kind == "user_error":
+            return self._user_error(incident)
+        return self._retry_then_escalate(incident)
+
+    # ------------------------------------------------------------ the rules
+
+    def _hw_fault(self, inc: Incident) -> Decision:
+        nodes = self._suspect_nodes(inc)
+        if not nodes:
+            return self._escalate(inc, "hw_fault.unlocalised", "hardware fault names no node; an operator must look")
         return self._decision(
-            incident,
-            rule="default.escalate",
-            plan=[PlannedAction(action="escalate", nodes=incident.nodes, ranks=incident.ranks)],
-            reason=f"no automatic policy for {incident.kind} yet; escalating to an operator",
+            inc, rule="hw_fault.evict_swap_restart", plan=self._evict_and_restart(inc, nodes),
+            reason=f"hardware fault on {', '.join(nodes)}: evict, swap in a standby, restart from the latest checkpoint",
+            alternatives=["diagnose in place: rejected, isolating first is faster and a sick GPU fails again",
+                          "retry on the same nodes: rejected, hardware faults recur"],
         )
 
-    def _restore_before_onset(self, incident: Incident) -> Decision:
-        bad_step = incident.step
-        ckpt = self.checkpoints.latest_before(incident.job, step=bad_step, ts=incident.onset)
+    def _network(self, inc: Incident) -> Decision:
+        nodes = self._suspect_nodes(inc)
+        if not nodes:
+            return self._escalate(inc, "network.unlocalised", "network fault names no node; likely a switch")
+        seen = sum(1 for n in nodes if inc.detected_at - self._network_seen.get((inc.job, n), -1e18)
+                   <= self.retry_window_s)
+        confirmations = max(len(inc.anomaly_ids), int(inc.evidence.get("confirmations", 0))) + seen
+        for node in nodes:
+            self._network_seen[(inc.job, node)] = inc.detected_at
+        alternatives = ["evict at once: rejected, one flap is often a transient link error",
+                        "ignore: rejected, a bad NIC slows every collective of the job"]
+        if confirmations >= self.network_confirmations or inc.evidence.get("confirmed"):
+            return self._decision(
+                inc, rule="network.confirmed_evict", plan=self._evict_and_restart(inc, nodes),
+                reason=f"network fault on {', '.join(nodes)} confirmed {confirmations} time(s): evict and restart",
+                inputs={"confirmations": confirmations}, alternatives=alternatives)
+        plan = [PlannedAction(action="self_check", nodes=nodes, params={"checks": ["all_gather"]}),
+                *self._evict_and_restart(inc, nodes, only_if_failed=0)]
+        return self._decision(
+            inc, rule="network.confirm_then_evict", plan=plan,
+            reason=f"network fault on {', '.join(nodes)} seen once: confirm with an all-gather self-check, "
+                   "evict only if it fails",
+            inputs={"confirmations": confirmations}, alternatives=alternatives)
+
+    def _hang_or_slowdown(self, inc: Incident) -> Decision:
+        kind, nodes = inc.kind, self._suspect_nodes(inc)
+        first = [PlannedAction(action="dump_stacks")] if kind == "hang" else []
+        topo = self.topologies.get(inc.job)
+        if len(nodes) == 1:
+            return self._decision(
+                inc, rule=f"{kind}.evict_outlier", plan=first + self._evict_and_restart(inc, nodes),
+                reason=f"{kind}: localisation names {nodes[0]}; evict it and restart",
+                alternatives=["stop-time self-check: rejected, the localisation is already certain"])
+        if nodes:
+            group = topo.smallest_group(nodes=set(inc.nodes), ranks=set(inc.ranks)) if topo else None
+            evict = sorted(group.nodes) if group else nodes
+            what = f"the smallest {group.kind} group" if group else "every suspect (no topology known)"
+            return self._decision(
+                inc, rule=f"{kind}.over_evict_group", plan=first + self._evict_and_restart(inc, evict),
+                reason=f"{kind}: no single node certain among {', '.join(nodes)}; over-evict {what}: "
+                       f"{', '.join(evict)}",
+                inputs={"suspects": nodes, "group": group.kind if group else "suspects"},
+                alternatives=["evict one suspect: rejected, a wrong guess costs another failed restart",
+                              "evict the whole job: rejected, a smaller group contains every suspect"])
+        if topo is None:
+            return self._escalate(inc, f"{kind}.no_localisation",
+                                  f"{kind} with no suspects and no known topology; an operator must look")
+        machines = topo.nodes
+        step = len(first)
+        plan = first + [PlannedAction(action="self_check", nodes=machines, params={"checks": SELF_CHECKS})]
+        plan += self._evict_and_restart(inc, [], nodes_from=step)
+        return self._decision(
+            inc, rule=f"{kind}.stop_time_diagnosis", plan=plan,
+            reason=f"{kind} with no clear outlier: stop and run the hierarchical self-check on "
+                   f"{len(machines)} machines, evict the one it names",
+            alternatives=["evict the whole job: rejected, a self-check costs minutes, not the fleet"])
+
+    def _numeric(self, inc: Incident) -> Decision:
+        seen = self._nan_steps.setdefault(inc.job, set())
+        if inc.step is not None and inc.step in seen:
+            return self._sdc(inc, rule=f"{inc.kind}.recurrence_as_sdc")
+        if inc.step is not None:
+            seen.add(inc.step)
+        ckpt = self.checkpoints.latest_before(inc.job, step=inc.step, ts=inc.onset)
+        alternatives = ["evict: rejected, a first NaN is usually numeric, not hardware",
+                        "skip the batch: rejected, optimizer state may already be poisoned"]
         if ckpt is None:
             return self._decision(
-                incident,
-                rule=f"{incident.kind}.restore_checkpoint",
+                inc, rule=f"{inc.kind}.restore_checkpoint",
                 plan=[PlannedAction(action="restart_from_checkpoint", params={"step": None, "path": None})],
-                reason=f"{incident.kind} at step {bad_step}: no checkpoint before it is known; restart from scratch",
-                alternatives=["evict: rejected, numeric faults are not localised to hardware by one occurrence"],
-            )
+                reason=f"{inc.kind} at step {inc.step}: no checkpoint before it is known; restart from scratch",
+                alternatives=alternatives)
         return self._decision(
-            incident,
-            rule=f"{incident.kind}.restore_checkpoint",
-            plan=[
-                PlannedAction(
-                    action="restart_from_checkpoint",
-                    ranks=[],
-                    params={"step": ckpt.step, "path": ckpt.path, "before_step": bad_step},
-                )
-            ],
-            reason=f"restore the latest checkpoint before step {bad_step}: step {ckpt.step} ({ckpt.path})",
-            inputs={"bad_step": bad_step, "checkpoint_step": ckpt.step, "checkpoint_path": ckpt.path},
-            alternatives=[
-                "evict: rejected, a first NaN is usually numeric, not hardware",
-                "skip the batch: rejected, optimizer state may already be poisoned",
-            ],
-        )
+            inc, rule=f"{inc.kind}.restore_checkpoint",
+            plan=[PlannedAction(action="restart_from_checkpoint", params=_ckpt_params(ckpt, before=inc.step))],
+            reason=f"restore the latest checkpoint before step {inc.step}: step {ckpt.step} ({ckpt.path})",
+            inputs={"bad_step": inc.step, "checkpoint_step": ckpt.step, "checkpoint_path": ckpt.path},
+            alternatives=alternatives)
 
-    def _decision(
-        self,
-        incident: Incident,
-        *,
-        rule: str,
-        plan: list[PlannedAction],
-        reason: str,
-        inputs: dict[str, object] | None = None,
-        alternatives: list[str] | None = None,
-    ) -> Decision:
+    def _sdc(self, inc: Incident, *, rule: str) -> Decision:
+        topo = self.topologies.get(inc.job)
+        machines = topo.dp_machines() if topo else self._suspect_nodes(inc)
+        ckpt = self.checkpoints.latest_before(inc.job, step=inc.step, ts=inc.onset)
+        restart = PlannedAction(action="restart_from_checkpoint", params=_ckpt_params(ckpt, before=inc.step))
+        if len(machines) < 2:
+            if not machines:
+                return self._escalate(inc, rule, "silent data corruption with no known machines")
+            return self._decision(
+                inc, rule=rule, plan=self._evict_and_restart(inc, machines, ckpt=ckpt),
+                reason=f"silent data corruption on the only known machine {machines[0]}: evict and restore")
+        replay = plan_regroupings(machines)
+        plan = [PlannedAction(action="replay_regroup", nodes=machines, params={"phase": 1, "groups": replay.phase1}),
+                PlannedAction(action="replay_regroup", nodes=machines, params={"phase": 2, "groups": replay.phase2}),
+                PlannedAction(action="evict_node", params={"from_replay": [0, 1]}),
+                PlannedAction(action="swap_standby", params={"from_replay": [0, 1]}),
+                restart]
+        return self._decision(
+            inc, rule=rule, plan=plan,
+            reason=f"{inc.kind} at step {inc.step}: localise by dual-phase replay over {len(machines)} machines "
+                   f"({len(replay.phase1)} then {len(replay.phase2)} groups), evict the machine both name, restore",
+            inputs={"machines": machines, "phase1": replay.phase1, "phase2": replay.phase2},
+            alternatives=["restore only: rejected, corruption recurs on the same machine",
+                          "evict every machine of the failing replica group: rejected, replay names one"])
+
+    def _user_error(self, inc: Incident) -> Decision:
+        bad = str(inc.evidence.get("code_version", ""))
+        good = str(inc.evidence.get("last_good_code_version", ""))
+        ckpt = self.checkpoints.latest_with_code(inc.job, exclude=bad) if not good else None
+        good = good or (ckpt.code_version if ckpt else "")
+        if not good:
+            return self._escalate(inc, "user_error.no_good_version", "user/code error and no earlier code version known")
+        latest = self.checkpoints.latest_before(inc.job, step=inc.step, ts=inc.onset)
+        params: dict[str, Any] = {"code_version": good, **_ckpt_params(latest, before=inc.step)}
+        return self._decision(
+            inc, rule="user_error.rollback_code", plan=[PlannedAction(action="rollback_code", params=params)],
+            reason=f"code error under version {bad or '?'}: hot-update back to {good} and resume; no node is at fault",
+            inputs={"bad_code_version": bad, "good_code_version": good},
+            alternatives=["evict: rejected, the hardware is fine and the bug would follow the job",
+                          "retry: rejected, the same code fails the same way"])
+
+    def _retry_then_escalate(self, inc: Incident) -> Decision:
+        last = self._retried.get(inc.job)
+        if last is not None and inc.detected_at - last <= self.retry_window_s:
+            return self._escalate(inc, f"{inc.kind}.escalate_after_retry",
+                                  f"{inc.kind} fault again {inc.detected_at - last:.0f}s after a retry; escalating")
+        self._retried[inc.job] = inc.detected_at
+        ckpt = self.checkpoints.latest(inc.job)
+        return self._decision(
+            inc, rule=f"{inc.kind}.retry_once",
+            plan=[PlannedAction(action="retry", nodes=inc.nodes, params=_ckpt_params(ckpt))],
+            reason=f"{inc.kind} fault with no known cause: retry once from the latest checkpoint",
+            alternatives=["evict: rejected, nothing points at a node", "escalate now: rejected, most are transient"])
+
+    # ------------------------------------------------------------ helpers
+
+    def _suspect_nodes(self, inc: Incident) -> list[str]:
+        nodes = list(dict.fromkeys(inc.nodes))
+        topo = self.topologies.get(inc.job)
+        if topo is not None and inc.ranks:
+            nodes += sorted(topo.nodes_of(set(inc.ranks)) - set(nodes))
+        return nodes
+
+    def _evict_and_restart(self, inc: Incident, nodes: list[str], *, only_if_failed: int | None = None,
+                           nodes_from: int | None = None, ckpt: Checkpoint | None = None) -> list[PlannedAction]:
+        cond: dict[str, Any] = {}
+        if only_if_failed is not None:
+            cond["only_if_failed"] = only_if_failed
+        if nodes_from is not None:
+            cond["nodes_from"] = nodes_from
+        ckpt = ckpt or self.checkpoints.latest(inc.job)
+        return [PlannedAction(action="evict_node", nodes=nodes, params={"reason": inc.kind, **cond}),
+                PlannedAction(action="swap_standby", nodes=nodes, params=dict(cond)),
+                PlannedAction(action="restart_from_checkpoint", params={**_ckpt_params(ckpt), **cond})]
+
+    def _escalate(self, inc: Incident, rule: str, reason: str) -> Decision:
+        return self._decision(inc, rule=rule, reason=reason,
+                              plan=[PlannedAction(action="escalate", nodes=inc.nodes, ranks=inc.ranks)])
+
+    def _decision(self, inc: Incident, *, rule: str, plan: list[PlannedAction], reason: str,
+                  inputs: dict[str, Any] | None = None, alternatives: list[str] | None = None) -> Decision:
         return Decision(
-            ts=incident.detected_at,
-            id=anomaly_id("decision", incident.id),
-            incident_id=incident.id,
-            job=incident.job,
-            kind=incident.kind,
+            ts=inc.detected_at,
+            id=anomaly_id("decision", inc.id),
+            incident_id=inc.id,
+            job=inc.job,
+            kind=inc.kind,
             rule=rule,
             plan=plan,
             reason=reason,
-            inputs={"incident": incident.id, "step": incident.step, **(inputs or {})},
+            inputs={"incident": inc.id, "step": inc.step, "nodes": inc.nodes, "ranks": inc.ranks,
+                    "topology_known": inc.job in self.topologies, **(inputs or {})},
             alternatives=alternatives or [],
             dry_run=self.dry_run,
         )
+
+
+def _ckpt_params(ckpt: Checkpoint | None, *, before: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"step": ckpt.step if ckpt else None, "path": ckpt.path if ckpt else None}
+    if before is not None:
+        out["before_step"] = before
+    return out

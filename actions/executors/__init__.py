@@ -1,0 +1,1 @@
+"""Executors: the thin edges that carry out commands (agents, Kubernetes, Slurm)."""

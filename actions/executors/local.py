@@ -1,0 +1,68 @@
+"""The local executor: commands go to the `trainguard run` node agents.
+
+It signs nothing itself (the runner signs every command) and touches no
+process: it hands the command to a `CommandBus` (Kafka in production, see
+`streams.command_bus`) and waits, up to a timeout, for each target agent's
+`ActionResult`. An agent that does not answer in time counts as a failure,
+never as a success. `evict_node` becomes `stop` on the evicted node and
+`retry` becomes a restart from the latest checkpoint: the agents implement
+only node-local verbs.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+
+from actions.executors.base import AGENT_ACTIONS, Clock, merge_results
+from schemas.records import ActionCommand, ActionResult
+
+_TRANSLATE = {"evict_node": "stop", "cordon_node": "stop", "retry": "restart_from_checkpoint"}
+
+
+class CommandBus(Protocol):
+    """Where commands go and results come back from."""
+
+    def send(self, command: ActionCommand) -> None:
+        """Publish one signed command."""
+        ...
+
+    def collect(self, command_id: str, *, nodes: list[str], timeout_s: float) -> list[ActionResult]:
+        """Results for `command_id` until every node in `nodes` answered (or one, if empty)."""
+        ...
+
+
+class LocalExecutor:
+    """Talks to node agents over a command bus."""
+
+    name = "local"
+    handles = AGENT_ACTIONS | frozenset({"evict_node", "cordon_node", "uncordon_node"})
+
+    def __init__(self, *, bus: CommandBus, timeout_s: float, clock: Clock, sign: "Signer") -> None:
+        self.bus = bus
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.sign = sign
+
+    def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
+        """Send, wait for the targets' results, merge them."""
+        if command.action == "uncordon_node":
+            return ActionResult(ts=self.clock(), command_id=command.id, action="uncordon_node", status="skipped",
+                                message="nothing to uncordon without a cluster scheduler", job=command.job)
+        wire = command
+        if command.action in _TRANSLATE:
+            wire = self.sign(msgspec.structs.replace(command, action=_TRANSLATE[command.action], signature=""))
+        self.bus.send(wire)
+        results = self.bus.collect(wire.id, nodes=targets, timeout_s=self.timeout_s)
+        answered = {r.node for r in results}
+        missing = [n for n in targets if n not in answered]
+        merged = merge_results(wire, results, ts=self.clock(), missing=missing)
+        return msgspec.structs.replace(merged, action=command.action)
+
+
+class Signer(Protocol):
+    """Signs a command (`schemas.signing.sign` with the configured key)."""
+
+    def __call__(self, command: ActionCommand) -> ActionCommand:
+        ...

@@ -1,0 +1,110 @@
+"""A durable local journal of decisions and plan steps (SQLite).
+
+Idempotency lives here. An incident already journaled is never decided
+again, so a redelivered incident yields no second action. Each plan step's
+result is written before the next step starts, so an action consumer killed
+mid-plan resumes at the first step without a result instead of evicting a
+node twice. Offsets are committed to Kafka only after the decision is
+journaled. Small key/value state (breaker, standby pool, approvals) lives
+here too, so a tripped breaker still holds after a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from schemas.codec import Codec
+from schemas.records import ActionResult, Decision
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS decisions (
+  id TEXT PRIMARY KEY, incident_id TEXT UNIQUE, job TEXT, ts REAL, status TEXT, body BLOB);
+CREATE TABLE IF NOT EXISTS steps (
+  decision_id TEXT, idx INTEGER, status TEXT, body BLOB, PRIMARY KEY (decision_id, idx));
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT);
+"""
+
+FINAL = ("executed", "failed", "blocked")
+
+
+class Journal:
+    """Decisions, step results and small state, one SQLite file.
+
+    >>> j = Journal(":memory:")
+    >>> j.decision_for("inc-1") is None
+    True
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+        self._codec = Codec()
+
+    def close(self) -> None:
+        """Close the database."""
+        self._db.close()
+
+    def decision_for(self, incident_id: str) -> Decision | None:
+        """The decision already taken for an incident, if any."""
+        row = self._db.execute("SELECT body FROM decisions WHERE incident_id=?", (incident_id,)).fetchone()
+        return None if row is None else self._codec.decode(row[0], Decision)
+
+    def record_decision(self, decision: Decision) -> bool:
+        """Journal a new decision; False if its incident was already decided."""
+        cur = self._db.execute(
+            "INSERT OR IGNORE INTO decisions VALUES (?,?,?,?,?,?)",
+            (decision.id, decision.incident_id, decision.job, decision.ts, decision.status,
+             self._codec.encode(decision)),
+        )
+        return cur.rowcount == 1
+
+    def update_decision(self, decision: Decision) -> None:
+        """Store a decision's new status (and body)."""
+        self._db.execute("UPDATE decisions SET status=?, body=? WHERE id=?",
+                         (decision.status, self._codec.encode(decision), decision.id))
+
+    def get(self, decision_id: str) -> Decision | None:
+        """One decision by id."""
+        row = self._db.execute("SELECT body FROM decisions WHERE id=?", (decision_id,)).fetchone()
+        return None if row is None else self._codec.decode(row[0], Decision)
+
+    def unfinished(self) -> list[Decision]:
+        """Decisions whose plan has not run to the end (to resume)."""
+        rows = self._db.execute("SELECT body FROM decisions WHERE status='planned' ORDER BY ts").fetchall()
+        return [self._codec.decode(r[0], Decision) for r in rows]
+
+    def recent(self, limit: int = 20, job: str = "") -> list[Decision]:
+        """The newest decisions first, optionally for one job."""
+        sql = "SELECT body FROM decisions" + (" WHERE job=?" if job else "") + " ORDER BY ts DESC LIMIT ?"
+        args: tuple[Any, ...] = (job, limit) if job else (limit,)
+        return [self._codec.decode(r[0], Decision) for r in self._db.execute(sql, args).fetchall()]
+
+    def step_result(self, decision_id: str, idx: int) -> ActionResult | None:
+        """The journaled result of one plan step, if it completed."""
+        row = self._db.execute("SELECT body FROM steps WHERE decision_id=? AND idx=?", (decision_id, idx)).fetchone()
+        return None if row is None else self._codec.decode(row[0], ActionResult)
+
+    def record_step(self, decision_id: str, idx: int, result: ActionResult) -> None:
+        """Journal one step's result (before the next step starts)."""
+        self._db.execute("INSERT OR REPLACE INTO steps VALUES (?,?,?,?)",
+                         (decision_id, idx, result.status, self._codec.encode(result)))
+
+    def steps(self, decision_id: str) -> list[ActionResult]:
+        """Every journaled step result of a decision, in plan order."""
+        rows = self._db.execute("SELECT body FROM steps WHERE decision_id=? ORDER BY idx", (decision_id,))
+        return [self._codec.decode(r[0], ActionResult) for r in rows.fetchall()]
+
+    def get_state(self, key: str) -> dict[str, Any]:
+        """A small JSON state blob (empty dict if absent)."""
+        row = self._db.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
+        return {} if row is None else dict(json.loads(row[0]))
+
+    def put_state(self, key: str, value: dict[str, Any]) -> None:
+        """Store a small JSON state blob."""
+        self._db.execute("INSERT OR REPLACE INTO kv VALUES (?,?)", (key, json.dumps(value)))

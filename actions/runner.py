@@ -1,0 +1,235 @@
+"""Carry out a decision's plan, step by step, safely and exactly once.
+
+For each step the runner first looks in the journal: a step with a result is
+never repeated (that is what makes a killed consumer resume cleanly). Then
+it resolves references to earlier steps (whom a self-check named, whether a
+check failed), passes evictions through the circuit breaker and the cooldown,
+signs the command, hands it to the executor for its kind, and journals the
+result before moving on. Every decision, command and result is audited.
+Rail state (breaker, cooldown, standby pool) is journaled so it survives a
+restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from actions.executors.base import CLUSTER_ACTIONS, Clock, Executor
+from actions.journal import Journal
+from actions.replay import ReplayPlan, locate
+from actions.safety import CircuitBreaker, Cooldown, needs_approval
+from actions.standby import PoolExhausted, StandbyPool
+from actions.topology import Topology
+from schemas.records import ActionCommand, ActionResult, AuditEntry, Decision, PlannedAction, Record
+from schemas.signing import sign
+
+Sink = Callable[[Record], None]
+_STOP_ON_FAILURE = frozenset({"evict_node", "restart_from_checkpoint", "rollback_code", "hot_update", "retry"})
+
+
+@dataclass
+class Rails:
+    """The safety rails and shared state the runner consults."""
+
+    breaker: CircuitBreaker
+    cooldown: Cooldown
+    pool: StandbyPool
+    approval_kinds: list[str] = field(default_factory=list)
+
+
+class PlanRunner:
+    """Executes decisions through executors, journaled and audited."""
+
+    def __init__(self, *, journal: Journal, rails: Rails, node_executor: Executor, cluster_executor: Executor,
+                 key: bytes, sink: Sink, clock: Clock, topologies: dict[str, Topology] | None = None) -> None:
+        self.journal = journal
+        self.rails = rails
+        self.node_executor = node_executor
+        self.cluster_executor = cluster_executor
+        self.key = key
+        self.sink = sink
+        self.clock = clock
+        self.topologies = topologies if topologies is not None else {}
+        self.evicted: dict[str, set[str]] = {}
+        self._load_state()
+
+    # ------------------------------------------------------------ decisions
+
+    def admit(self, decision: Decision) -> Decision | None:
+        """Journal a new decision (approval/dry-run status set); None if a duplicate."""
+        if needs_approval(decision.kind, self.rails.approval_kinds) and not decision.dry_run:
+            decision = msgspec.structs.replace(decision, status="awaiting_approval")
+        if not self.journal.record_decision(decision):
+            self._audit("duplicate_incident", decision.incident_id, {"decision": decision.id})
+            return None
+        self._audit("decision", decision.id, {"incident": decision.incident_id, "rule": decision.rule,
+                                              "reason": decision.reason, "status": decision.status,
+                                              "dry_run": decision.dry_run, "plan": [s.action for s in decision.plan]})
+        return decision
+
+    def run(self, decision: Decision) -> Decision:
+        """Execute (or resume) a planned decision; return it with its final status."""
+        if decision.dry_run or decision.status != "planned":
+            return decision
+        results: dict[int, ActionResult] = {}
+        status = "executed"
+        for idx, step in enumerate(decision.plan):
+            done = self.journal.step_result(decision.id, idx)
+            if done is None:
+                done = self._step(decision, idx, step, results)
+                self.journal.record_step(decision.id, idx, done)
+                self._audit("result", done.command_id, {"decision": decision.id, "step": idx,
+                                                        "action": step.action, "status": done.status,
+                                                        "message": done.message, "details": done.details})
+            results[idx] = done
+            if done.status == "rejected" and step.action == "evict_node":
+                status = "blocked"
+                break
+            if done.status in ("failed", "rejected") and step.action in _STOP_ON_FAILURE:
+                status = "failed"
+                break
+        final = msgspec.structs.replace(decision, status=status)
+        self.journal.update_decision(final)
+        self._audit("decision_" + status, decision.id, {"incident": decision.incident_id})
+        return final
+
+    def approve(self, decision_id: str) -> Decision | None:
+        """Operator approval: move an awaiting decision to planned."""
+        decision = self.journal.get(decision_id)
+        if decision is None or decision.status != "awaiting_approval":
+            return None
+        decision = msgspec.structs.replace(decision, status="planned")
+        self.journal.update_decision(decision)
+        self._audit("approved", decision_id, {})
+        return decision
+
+    def reset_breaker(self) -> None:
+        """Operator reset of a tripped circuit breaker."""
+        self.rails.breaker.reset()
+        self._save_state()
+        self._audit("breaker_reset", "breaker", {})
+
+    # ------------------------------------------------------------ one step
+
+    def _step(self, decision: Decision, idx: int, step: PlannedAction, results: dict[int, ActionResult]) -> ActionResult:
+        params = dict(step.params)
+        cond = params.get("only_if_failed")
+        if cond is not None and results.get(int(cond), _NONE).status != "failed":
+            return self._result(decision, idx, step.action, "skipped", f"step {cond} did not fail; not needed")
+        nodes = self._nodes_for(decision, step, results)
+        if nodes is None:
+            return self._result(decision, idx, step.action, "skipped", "the diagnosis named no machine")
+        if step.action == "escalate":
+            self._audit("escalation", decision.id, {"incident": decision.incident_id, "reason": decision.reason})
+            return self._result(decision, idx, "escalate", "ok", "escalated to an operator")
+        if step.action == "swap_standby":
+            return self._swap(decision, idx, nodes)
+        if step.action == "evict_node":
+            verdict = self.rails.cooldown.check(nodes, ts=decision.ts)
+            if verdict.allowed:
+                verdict = self.rails.breaker.check(job=decision.job, nodes=nodes, job_size=self._job_size(decision.job),
+                                                   ts=decision.ts)
+            if not verdict.allowed:
+                self._save_state()
+                self._audit("blocked", decision.id, {"step": idx, "reason": verdict.reason, "nodes": nodes})
+                return self._result(decision, idx, "evict_node", "rejected", verdict.reason)
+        params.pop("only_if_failed", None)
+        params.pop("nodes_from", None)
+        params.pop("from_replay", None)
+        if step.action in ("restart_from_checkpoint", "retry", "rollback_code", "hot_update"):
+            params["exclude_nodes"] = sorted(self.evicted.get(decision.job, set()))
+            params["standby"] = dict(self.rails.pool.swaps)
+        if step.action in ("self_check", "replay_regroup"):
+            params["machines"] = nodes
+        command = self._command(decision, idx, step.action, nodes, step.ranks, params)
+        executor = self.cluster_executor if step.action in CLUSTER_ACTIONS else self.node_executor
+        result = executor.execute(command, targets=self._targets(decision.job, step.action, nodes))
+        if step.action == "evict_node" and result.status == "ok":
+            self.rails.breaker.record(job=decision.job, nodes=nodes, ts=decision.ts)
+            self.rails.cooldown.record(nodes, ts=decision.ts)
+            self.evicted.setdefault(decision.job, set()).update(nodes)
+            self._save_state()
+        return result
+
+    def _nodes_for(self, decision: Decision, step: PlannedAction, results: dict[int, ActionResult]) -> list[str] | None:
+        params = step.params
+        if "from_replay" in params:
+            i, j = (int(x) for x in params["from_replay"])
+            plan = ReplayPlan(decision.plan[i].params["groups"], decision.plan[j].params["groups"])
+            culprit = locate(plan, _failed_groups(results.get(i)), _failed_groups(results.get(j)))
+            return [culprit] if culprit else None
+        if "nodes_from" in params:
+            named = results.get(int(params["nodes_from"]), _NONE).details.get("culprits") or []
+            return [str(n) for n in named] or None
+        return list(step.nodes)
+
+    def _swap(self, decision: Decision, idx: int, nodes: list[str]) -> ActionResult:
+        swaps: dict[str, str] = {}
+        try:
+            for node in nodes:
+                swaps[node] = self.rails.pool.take(replacing=node)
+        except PoolExhausted as exc:
+            self._save_state()
+            self._audit("standby_exhausted", decision.id, {"replaced": swaps, "pool_size": 0})
+            return self._result(decision, idx, "swap_standby", "skipped", str(exc), {"swaps": swaps})
+        self._save_state()
+        return self._result(decision, idx, "swap_standby", "ok", f"swapped in {', '.join(swaps.values())}",
+                            {"swaps": swaps, "pool_size": self.rails.pool.size})
+
+    def _targets(self, job: str, action: str, nodes: list[str]) -> list[str]:
+        if action in CLUSTER_ACTIONS:
+            return nodes
+        if action in ("self_check", "replay_regroup"):
+            return nodes[:1]  # the first machine's agent coordinates the check
+        if nodes:
+            return nodes
+        topo = self.topologies.get(job)
+        if topo is None:
+            return []
+        gone = self.evicted.get(job, set())
+        return [n for n in topo.nodes if n not in gone] + [s for s, n in self.rails.pool.swaps.items() if n in gone]
+
+    def _job_size(self, job: str) -> int:
+        topo = self.topologies.get(job)
+        return len(topo.nodes) if topo else 0
+
+    def _command(self, decision: Decision, idx: int, action: str, nodes: list[str], ranks: list[int],
+                 params: dict[str, Any]) -> ActionCommand:
+        command = ActionCommand(ts=self.clock(), id=f"{decision.id}-{idx}", action=action,  # type: ignore[arg-type]
+                                job=decision.job, nodes=nodes, ranks=ranks, params=params,
+                                decision_id=decision.id, incident_id=decision.incident_id)
+        signed = sign(command, self.key)
+        self._audit("command", signed.id, {"decision": decision.id, "step": idx, "action": action, "nodes": nodes})
+        return signed
+
+    def _result(self, decision: Decision, idx: int, action: str, status: str, message: str,
+                details: dict[str, Any] | None = None) -> ActionResult:
+        return ActionResult(ts=self.clock(), command_id=f"{decision.id}-{idx}", action=action,  # type: ignore[arg-type]
+                            status=status, message=message, job=decision.job, details=details or {})  # type: ignore[arg-type]
+
+    def _audit(self, event: str, subject: str, detail: dict[str, Any]) -> None:
+        self.sink(AuditEntry(ts=self.clock(), event=event, subject_id=subject, detail=detail, actor="trainguard-act"))
+
+    def _load_state(self) -> None:
+        state = self.journal.get_state("rails")
+        self.rails.breaker.restore(state.get("breaker", {}))
+        if "pool" in state:
+            self.rails.pool.restore(state["pool"])
+        self.evicted = {j: set(ns) for j, ns in state.get("evicted", {}).items()}
+
+    def _save_state(self) -> None:
+        self.journal.put_state("rails", {"breaker": self.rails.breaker.snapshot(), "pool": self.rails.pool.snapshot(),
+                                         "evicted": {j: sorted(ns) for j, ns in self.evicted.items()}})
+
+
+_NONE = ActionResult(ts=0.0, command_id="", action="none", status="skipped")
+
+
+def _failed_groups(result: ActionResult | None) -> list[int]:
+    if result is None:
+        return []
+    return [int(g) for g in result.details.get("failed_groups", [])]

@@ -1,0 +1,135 @@
+"""Decision table: one row per incident kind, plus the rules' memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from actions.checkpoints import CheckpointRegistry
+from actions.engine import DecisionEngine
+from schemas.records import CheckpointEvent, Incident, JobTopology
+
+TOPO = JobTopology(ts=0.0, job="j", world_size=8, tp=2, dp=4,
+                   rank_nodes={r: f"n{r // 2}" for r in range(8)})  # 4 nodes, tp=2 within a node
+
+
+def engine(**kw: Any) -> DecisionEngine:
+    reg = CheckpointRegistry()
+    reg.observe(CheckpointEvent(ts=10.0, job="j", step=100, path="/ck/100", code_version="v1"))
+    reg.observe(CheckpointEvent(ts=20.0, job="j", step=200, path="/ck/200", code_version="v2"))
+    eng = DecisionEngine(reg, **kw)
+    eng.observe_topology(TOPO)
+    return eng
+
+
+def incident(kind: str, *, nodes: list[str] | None = None, ranks: list[int] | None = None, step: int | None = 250,
+             ts: float = 100.0, iid: str = "i1", **evidence: Any) -> Incident:
+    return Incident(ts=ts, id=iid, kind=kind, job="j", onset=ts - 5, detected_at=ts, nodes=nodes or [],  # type: ignore[arg-type]
+                    ranks=ranks or [], step=step, anomaly_ids=["a1"], evidence=evidence)
+
+
+TABLE = [
+    # kind, incident kwargs, expected rule, expected actions
+    ("hw_fault", {"nodes": ["n2"]}, "hw_fault.evict_swap_restart",
+     ["evict_node", "swap_standby", "restart_from_checkpoint"]),
+    ("hw_fault", {}, "hw_fault.unlocalised", ["escalate"]),
+    ("network", {"nodes": ["n1"]}, "network.confirm_then_evict",
+     ["self_check", "evict_node", "swap_standby", "restart_from_checkpoint"]),
+    ("network", {"nodes": ["n1"], "confirmed": True}, "network.confirmed_evict",
+     ["evict_node", "swap_standby", "restart_from_checkpoint"]),
+    ("hang", {"ranks": [5]}, "hang.evict_outlier",
+     ["dump_stacks", "evict_node", "swap_standby", "restart_from_checkpoint"]),
+    ("hang", {"ranks": [1, 3]}, "hang.over_evict_group",
+     ["dump_stacks", "evict_node", "swap_standby", "restart_from_checkpoint"]),
+    ("hang", {}, "hang.stop_time_diagnosis",
+     ["dump_stacks", "self_check", "evict_node", "swap_standby", "restart_from_checkpoint"]),
+    ("slowdown", {"nodes": ["n3"]}, "slowdown.evict_outlier", ["evict_node", "swap_standby", "restart_from_checkpoint"]),
+    ("nan", {}, "nan.restore_checkpoint", ["restart_from_checkpoint"]),
+    ("loss_spike", {}, "loss_spike.restore_checkpoint", ["restart_from_checkpoint"]),
+    ("sdc", {}, "sdc.dual_phase_replay",
+     ["replay_regroup", "replay_regroup", "evict_node", "swap_standby", "restart_from_checkpoint"]),
+    ("user_error", {"code_version": "v2"}, "user_error.rollback_code", ["rollback_code"]),
+    ("unknown", {}, "unknown.retry_once", ["retry"]),
+    ("transient", {}, "transient.retry_once", ["retry"]),
+]
+
+
+@pytest.mark.parametrize(("kind", "kw", "rule", "actions"), TABLE, ids=[f"{r[0]}-{r[2]}" for r in TABLE])
+def test_decision_table(kind: str, kw: dict[str, Any], rule: str, actions: list[str]) -> None:
+    nodes = kw.pop("nodes", None)
+    ranks = kw.pop("ranks", None)
+    decision = engine().decide(incident(kind, nodes=nodes, ranks=ranks, **kw))
+    assert decision.rule == rule
+    assert [s.action for s in decision.plan] == actions
+    assert decision.reason and decision.inputs["incident"] == "i1"
+    if actions != ["escalate"]:
+        assert decision.alternatives or kind == "sdc"
+
+
+def test_hw_fault_restarts_from_latest_valid_checkpoint() -> None:
+    plan = engine().decide(incident("hw_fault", nodes=["n2"])).plan
+    assert plan[0].nodes == ["n2"]
+    assert plan[2].params["step"] == 200 and plan[2].params["path"] == "/ck/200"
+
+
+def test_over_eviction_picks_smallest_group_containing_suspects() -> None:
+    eng = engine()
+    # tp=2, dp=2, pp=2 on four nodes: ranks 1 (n0) and 3 (n1) share one dp group, which spans n0 and n1 only.
+    eng.observe_topology(JobTopology(ts=0.0, job="j", world_size=8, tp=2, dp=2, pp=2,
+                                     rank_nodes={r: f"n{r // 2}" for r in range(8)}))
+    decision = eng.decide(incident("slowdown", ranks=[1, 3]))
+    assert decision.rule == "slowdown.over_evict_group"
+    assert decision.plan[0].nodes == ["n0", "n1"]
+    assert decision.inputs["group"] == "dp"
+
+
+def test_nan_restores_before_onset_and_recurrence_becomes_sdc() -> None:
+    eng = engine()
+    first = eng.decide(incident("nan", step=150))
+    assert first.plan[0].params["step"] == 100  # checkpoint 200 is after the bad step
+    again = eng.decide(incident("nan", step=150, iid="i2", ts=300.0))
+    assert again.rule == "nan.recurrence_as_sdc"
+    assert [s.action for s in again.plan][:2] == ["replay_regroup", "replay_regroup"]
+
+
+def test_sdc_replay_groups_intersect_in_one_machine() -> None:
+    plan = engine().decide(incident("sdc")).plan
+    rows, cols = plan[0].params["groups"], plan[1].params["groups"]
+    for row in rows:
+        for col in cols:
+            assert len(set(row) & set(col)) <= 1
+    assert sorted(m for r in rows for m in r) == ["n0", "n1", "n2", "n3"]
+
+
+def test_user_error_rolls_back_to_last_good_version_without_evicting() -> None:
+    decision = engine().decide(incident("user_error", code_version="v2"))
+    assert decision.plan[0].params["code_version"] == "v1"
+    assert all(s.action != "evict_node" for s in decision.plan)
+
+
+def test_unknown_retries_once_then_escalates() -> None:
+    eng = engine()
+    assert eng.decide(incident("unknown")).rule == "unknown.retry_once"
+    second = eng.decide(incident("unknown", iid="i2", ts=200.0))
+    assert second.rule == "unknown.escalate_after_retry"
+    assert [s.action for s in second.plan] == ["escalate"]
+    later = eng.decide(incident("unknown", iid="i3", ts=200.0 + 4000.0))
+    assert later.rule == "unknown.retry_once"
+
+
+def test_network_second_sighting_counts_as_confirmation() -> None:
+    eng = engine()
+    eng.decide(incident("network", nodes=["n1"]))
+    again = eng.decide(incident("network", nodes=["n1"], iid="i2", ts=150.0))
+    assert again.rule == "network.confirmed_evict"
+
+
+def test_decision_is_deterministic_per_incident() -> None:
+    a = engine().decide(incident("hw_fault", nodes=["n2"]))
+    b = engine().decide(incident("hw_fault", nodes=["n2"]))
+    assert a.id == b.id
+
+
+def test_dry_run_flag_is_recorded() -> None:
+    assert engine(dry_run=True).decide(incident("hw_fault", nodes=["n2"])).dry_run

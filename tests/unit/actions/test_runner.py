@@ -1,0 +1,201 @@
+"""The plan runner: rails, journal-based resume, references between steps.
+
+Executors here are in-memory recorders: the runner's contract with them is
+one `execute(command, targets)` call per step, which is what we assert.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from actions.checkpoints import CheckpointRegistry
+from actions.engine import DecisionEngine
+from actions.journal import Journal
+from actions.runner import PlanRunner, Rails
+from actions.safety import CircuitBreaker, Cooldown
+from actions.standby import StandbyPool
+from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology, Record
+from schemas.signing import verify
+
+KEY = b"test-key"
+TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
+
+
+class Recorder:
+    name = "recorder"
+    handles = frozenset({"*"})
+
+    def __init__(self, replies: dict[str, dict[str, Any]] | None = None, fail_on: str = "") -> None:
+        self.calls: list[tuple[ActionCommand, list[str]]] = []
+        self.replies = replies or {}
+        self.fail_on = fail_on
+
+    def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
+        assert verify(command, KEY), "runner must sign every command"
+        if command.action == self.fail_on:
+            raise RuntimeError("killed mid-plan")
+        self.calls.append((command, targets))
+        reply = self.replies.get(command.action, {})
+        return ActionResult(ts=1.0, command_id=command.id, action=command.action, status=reply.get("status", "ok"),
+                            job=command.job, details=reply.get("details", {}))
+
+
+def setup(tmp_path: Path, *, spares: list[str] | None = None, approval: list[str] | None = None,
+          node: Recorder | None = None, cluster: Recorder | None = None) -> tuple[DecisionEngine, PlanRunner, list[Record]]:
+    reg = CheckpointRegistry()
+    reg.observe(CheckpointEvent(ts=1.0, job="j", step=100, path="/ck/100"))
+    eng = DecisionEngine(reg)
+    eng.observe_topology(TOPO)
+    audit: list[Record] = []
+    rails = Rails(CircuitBreaker(max_fraction=0.25, window_s=3600), Cooldown(cooldown_s=600),
+                  StandbyPool(spares=list(spares or [])), approval_kinds=approval or [])
+    runner = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, node_executor=node or Recorder(),
+                        cluster_executor=cluster or Recorder(), key=KEY, sink=audit.append, clock=lambda: 5.0,
+                        topologies=eng.topologies)
+    return eng, runner, audit
+
+
+def hw(node: str, ts: float = 100.0) -> Incident:
+    return Incident(ts=ts, id=f"inc-{node}", kind="hw_fault", job="j", onset=ts, detected_at=ts, nodes=[node])
+
+
+def test_hw_fault_evicts_swaps_and_restarts(tmp_path: Path) -> None:
+    node, cluster = Recorder(), Recorder()
+    eng, runner, audit = setup(tmp_path, spares=["s0"], node=node, cluster=cluster)
+    decision = runner.admit(eng.decide(hw("n3")))
+    assert decision is not None
+    final = runner.run(decision)
+    assert final.status == "executed"
+    assert [c.action for c, _ in cluster.calls] == ["evict_node"]
+    restart, targets = node.calls[0]
+    assert restart.action == "restart_from_checkpoint" and restart.params["exclude_nodes"] == ["n3"]
+    assert "s0" in targets and "n3" not in targets
+    assert runner.rails.pool.exhausted
+    events = [a.event for a in audit]  # type: ignore[attr-defined]
+    assert events[0] == "decision" and "command" in events and events[-1] == "decision_executed"
+
+
+def test_redelivered_incident_yields_one_action(tmp_path: Path) -> None:
+    cluster = Recorder()
+    eng, runner, _ = setup(tmp_path, cluster=cluster)
+    first = runner.admit(eng.decide(hw("n3")))
+    assert first is not None
+    runner.run(first)
+    assert runner.admit(eng.decide(hw("n3"))) is None
+    assert len(cluster.calls) == 1
+
+
+def test_burst_across_half_the_nodes_trips_breaker_and_holds(tmp_path: Path) -> None:
+    cluster = Recorder()
+    eng, runner, audit = setup(tmp_path, cluster=cluster)
+    statuses = []
+    for i in range(4):  # half of the 8 nodes within a minute
+        d = runner.admit(eng.decide(hw(f"n{i}", ts=100.0 + i)))
+        assert d is not None
+        statuses.append(runner.run(d).status)
+    assert statuses == ["executed", "executed", "blocked", "blocked"]
+    assert len(cluster.calls) == 2  # 2/8 = 25% allowed, the third would exceed it
+    assert runner.rails.breaker.tripped
+    late = runner.admit(eng.decide(hw("n7", ts=100000.0)))  # far outside the window: still held
+    assert late is not None and runner.run(late).status == "blocked"
+    runner.reset_breaker()
+    again = runner.admit(eng.decide(hw("n6", ts=100001.0)))
+    assert again is not None and runner.run(again).status == "executed"
+    assert any(a.event == "breaker_reset" for a in audit)  # type: ignore[attr-defined]
+
+
+def test_tripped_breaker_survives_restart(tmp_path: Path) -> None:
+    eng, runner, _ = setup(tmp_path)
+    for i in range(3):
+        d = runner.admit(eng.decide(hw(f"n{i}", ts=100.0 + i)))
+        assert d is not None
+        runner.run(d)
+    _, fresh, _ = setup(tmp_path)
+    assert fresh.rails.breaker.tripped
+
+
+def test_cooldown_blocks_second_action_on_same_node(tmp_path: Path) -> None:
+    eng, runner, _ = setup(tmp_path)
+    d1 = runner.admit(eng.decide(hw("n1")))
+    assert d1 is not None and runner.run(d1).status == "executed"
+    other = Incident(ts=130.0, id="x", kind="hw_fault", job="j", onset=130.0, detected_at=130.0, nodes=["n1"])
+    d2 = runner.admit(eng.decide(other))
+    assert d2 is not None and runner.run(d2).status == "blocked"
+
+
+def test_killed_mid_plan_resumes_without_repeating_steps(tmp_path: Path) -> None:
+    cluster = Recorder()
+    eng, runner, _ = setup(tmp_path, cluster=cluster, node=Recorder(fail_on="restart_from_checkpoint"))
+    decision = runner.admit(eng.decide(hw("n3")))
+    assert decision is not None
+    try:
+        runner.run(decision)
+    except RuntimeError:
+        pass
+    node = Recorder()
+    _, resumed, _ = setup(tmp_path, cluster=cluster, node=node)
+    (pending,) = resumed.journal.unfinished()
+    assert resumed.run(pending).status == "executed"
+    assert len(cluster.calls) == 1  # the eviction was not repeated
+    assert [c.action for c, _ in node.calls] == ["restart_from_checkpoint"]
+
+
+def test_approval_mode_holds_until_approved(tmp_path: Path) -> None:
+    cluster = Recorder()
+    eng, runner, _ = setup(tmp_path, approval=["hw_fault"], cluster=cluster)
+    d = runner.admit(eng.decide(hw("n3")))
+    assert d is not None and d.status == "awaiting_approval"
+    assert runner.run(d).status == "awaiting_approval" and not cluster.calls
+    approved = runner.approve(d.id)
+    assert approved is not None and runner.run(approved).status == "executed"
+    assert len(cluster.calls) == 1
+
+
+def test_dry_run_executes_nothing(tmp_path: Path) -> None:
+    cluster = Recorder()
+    eng, runner, _ = setup(tmp_path, cluster=cluster)
+    eng.dry_run = True
+    d = runner.admit(eng.decide(hw("n3")))
+    assert d is not None and runner.run(d).dry_run and not cluster.calls
+
+
+def test_stop_time_diagnosis_evicts_the_machine_the_self_check_names(tmp_path: Path) -> None:
+    node = Recorder({"self_check": {"status": "failed", "details": {"culprits": ["n5"], "stage": "bitwise"}}})
+    cluster = Recorder()
+    eng, runner, _ = setup(tmp_path, node=node, cluster=cluster)
+    hang = Incident(ts=50.0, id="h", kind="hang", job="j", onset=40.0, detected_at=50.0)
+    d = runner.admit(eng.decide(hang))
+    assert d is not None and runner.run(d).status == "executed"
+    assert cluster.calls[0][0].nodes == ["n5"]
+    check, targets = [(c, t) for c, t in node.calls if c.action == "self_check"][0]
+    assert len(check.params["machines"]) == 8 and targets == ["n0"]
+
+
+def test_sdc_replay_evicts_the_intersection(tmp_path: Path) -> None:
+    class Replay(Recorder):
+        def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
+            if command.action == "replay_regroup":
+                groups = command.params["groups"]
+                failed = [i for i, g in enumerate(groups) if "n6" in g]
+                self.calls.append((command, targets))
+                return ActionResult(ts=1.0, command_id=command.id, action="replay_regroup", status="failed",
+                                    details={"failed_groups": failed})
+            return super().execute(command, targets=targets)
+
+    cluster = Recorder()
+    eng, runner, _ = setup(tmp_path, node=Replay(), cluster=cluster)
+    sdc = Incident(ts=50.0, id="s", kind="sdc", job="j", onset=40.0, detected_at=50.0, step=120)
+    d = runner.admit(eng.decide(sdc))
+    assert d is not None and runner.run(d).status == "executed"
+    assert cluster.calls[0][0].nodes == ["n6"]
+
+
+def test_network_self_check_pass_means_no_eviction(tmp_path: Path) -> None:
+    cluster = Recorder()
+    eng, runner, _ = setup(tmp_path, cluster=cluster)
+    net = Incident(ts=50.0, id="net", kind="network", job="j", onset=40.0, detected_at=50.0, nodes=["n2"])
+    d = runner.admit(eng.decide(net))
+    assert d is not None and runner.run(d).status == "executed"
+    assert not cluster.calls
+    assert [r.status for r in runner.journal.steps(d.id)] == ["ok", "skipped", "skipped", "skipped"]
