@@ -1,0 +1,227 @@
+"""Recordings: the JSON Lines file format, and recording/replaying it over Kafka.
+
+One line per event: `{"topic", "key", "ts", "value"}`, where `topic` is the
+logical topic name (training, gpu, ...), `key` the Kafka key as text,
+`ts` the event time in seconds and `value` the record's own fields
+including its `"type"` tag. msgspec decodes a whole line, value included,
+in one validating pass, so reading is fast and a bad line is reported with
+its line number instead of being silently dropped.
+
+`replay` publishes a recording keeping the order per key (one producer,
+keyed sends, one request in flight), optionally paced by event time.
+`record` dumps topics back into a recording.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from schemas.codec import AnyRecord, Codec, DecodeError
+from schemas.records import SCHEMA_VERSION, Record
+from schemas.topics import INPUT_TOPICS, TOPIC_OF_TAG, Topics, key_for, tag_of
+
+
+class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """One recording line."""
+
+    topic: str
+    key: str
+    ts: float
+    value: AnyRecord  # type: ignore[valid-type]
+
+
+class RecordingError(ValueError):
+    """A recording line is invalid; the message names the file and line."""
+
+    def __init__(self, path: str, lineno: int, reason: str) -> None:
+        super().__init__(f"{path}:{lineno}: {reason}")
+        self.lineno = lineno
+        self.reason = reason
+
+
+_DECODER = msgspec.json.Decoder(Event)
+
+
+def parse_line(line: bytes | str, path: str = "<recording>", lineno: int = 0) -> Event:
+    """Decode and validate one line; raise `RecordingError` naming it.
+
+    >>> ev = parse_line('{"topic":"training","key":"j","ts":1.0,"value":'
+    ...                 '{"type":"heartbeat","ts":1.0,"job":"j","rank":0,"node":"n0"}}')
+    >>> ev.topic, ev.value.rank
+    ('training', 0)
+    """
+    try:
+        event = _DECODER.decode(line)
+    except msgspec.ValidationError as exc:
+        raise RecordingError(path, lineno, f"invalid event: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise RecordingError(path, lineno, f"malformed JSON: {exc}") from None
+    value = event.value
+    if value.schema_version != SCHEMA_VERSION:
+        raise RecordingError(path, lineno, f"unsupported schema_version {value.schema_version}")
+    if TOPIC_OF_TAG[tag_of(value)] != event.topic:
+        raise RecordingError(path, lineno, f"a {tag_of(value)!r} record does not belong on topic {event.topic!r}")
+    return event
+
+
+def read_recording(path: Path | str, *, on_error: Callable[[RecordingError], None] | None = None,
+                   progress: Callable[[int], None] | None = None) -> Iterator[Event]:
+    """Yield the events of a recording in file order.
+
+    A bad line raises `RecordingError`, unless `on_error` is given: then it is
+    handed the error and reading goes on. `progress` gets bytes read so far.
+    """
+    name = str(path)
+    done = 0
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            done += len(line)
+            if progress is not None and lineno % 4096 == 0:
+                progress(done)
+            if not line.strip():
+                continue
+            try:
+                yield parse_line(line, name, lineno)
+            except RecordingError as err:
+                if on_error is None:
+                    raise
+                on_error(err)
+    if progress is not None:
+        progress(done)
+
+
+class RecordingWriter:
+    """Appends records (or events) to a recording file, one line each."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self._encoder = msgspec.json.Encoder()
+        self.count = 0
+
+    def write(self, record: Record, key: str | None = None) -> None:
+        """Write one record under its own topic and key (or `key`)."""
+        event = Event(topic=TOPIC_OF_TAG[tag_of(record)], key=key if key is not None else key_for(record).decode(),
+                      ts=record.ts, value=record)
+        self._out.write(self._encoder.encode(event) + b"\n")
+        self.count += 1
+
+
+def write_recording(path: Path | str, records: Iterable[Record]) -> int:
+    """Write every record to `path`; return how many were written."""
+    with open(path, "wb") as f:
+        writer = RecordingWriter(f)
+        for record in records:
+            writer.write(record)
+    return writer.count
+
+
+# ------------------------------------------------------------------ Kafka edge
+
+
+@dataclass
+class ReplayStats:
+    sent: int = 0
+    skipped: int = 0
+
+
+def replay(path: Path | str, *, servers: str, topics: Topics, speed: float | None = None,
+           on_error: Callable[[RecordingError], None] | None = None,
+           sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> ReplayStats:
+    """Publish a recording to Kafka, keeping the order per key.
+
+    `speed` None means as fast as possible; otherwise event-time gaps are
+    replayed `speed` times faster than they happened. One in-flight request
+    per connection keeps retries from reordering a key's messages.
+    """
+    from kafka import KafkaProducer
+
+    codec = Codec()
+    stats = ReplayStats()
+
+    def skip(err: RecordingError) -> None:
+        stats.skipped += 1
+        if on_error is not None:
+            on_error(err)
+        else:
+            raise err
+
+    producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=5,
+                             max_in_flight_requests_per_connection=1, retries=5)
+    try:
+        first_ts: float | None = None
+        wall0 = clock()
+        for event in read_recording(path, on_error=skip):
+            if speed is not None:
+                first_ts = event.ts if first_ts is None else first_ts
+                delay = wall0 + (event.ts - first_ts) / speed - clock()
+                if delay > 0:
+                    sleep(delay)
+            producer.send(topics.name(event.topic), key=event.key.encode(), value=codec.encode(event.value))
+            stats.sent += 1
+        producer.flush()
+    finally:
+        producer.close()
+    return stats
+
+
+@dataclass
+class RecordStats:
+    written: int = 0
+    rejected: int = 0
+
+
+def record(out: Path | str, *, servers: str, topics: Topics, logical: Iterable[str] = INPUT_TOPICS,
+           timeout_s: float | None = None, max_events: int | None = None, from_beginning: bool = True,
+           clock: Callable[[], float] = time.monotonic) -> RecordStats:
+    """Dump topics into a recording until `timeout_s` passes or `max_events` are written.
+
+    Messages that do not decode are not lost: they go, base64-encoded with
+    their topic, partition, offset and reason, to `<out>.rejected.jsonl`.
+    """
+    from kafka import KafkaConsumer, TopicPartition
+
+    codec, stats = Codec(), RecordStats()
+    names = {topics.name(t): t for t in logical}
+    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, consumer_timeout_ms=500)
+    try:
+        parts = [TopicPartition(n, p) for n in names for p in sorted(consumer.partitions_for_topic(n) or ())]
+        consumer.assign(parts)
+        if from_beginning:
+            consumer.seek_to_beginning(*parts)
+        else:
+            consumer.seek_to_end(*parts)
+        deadline = None if timeout_s is None else clock() + timeout_s
+        rejected_path = Path(f"{out}.rejected.jsonl")
+        with open(out, "wb") as f:
+            writer = RecordingWriter(f)
+            while (deadline is None or clock() < deadline) and (max_events is None or writer.count < max_events):
+                batch = consumer.poll(timeout_ms=200, max_records=500)
+                for msgs in batch.values():
+                    for msg in msgs:
+                        if max_events is not None and writer.count >= max_events:
+                            break
+                        key = msg.key.decode("utf-8", "replace") if msg.key is not None else None
+                        try:
+                            writer.write(codec.decode(msg.value), key=key)
+                        except DecodeError as exc:
+                            stats.rejected += 1
+                            _reject(rejected_path, msg, str(exc))
+            stats.written = writer.count
+    finally:
+        consumer.close()
+    return stats
+
+
+def _reject(path: Path, msg: Any, reason: str) -> None:
+    line = {"topic": msg.topic, "partition": msg.partition, "offset": msg.offset, "reason": reason,
+            "value_b64": base64.b64encode(msg.value or b"").decode()}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
