@@ -90,11 +90,11 @@ class NvmlReader:
             nv.nvmlInit()
             self._events = nv.nvmlEventSetCreate()
             for i in range(nv.nvmlDeviceGetCount()):
-                handle = nv.nvmlDeviceGetHandleByIndex(i)
                 try:
+                    handle = nv.nvmlDeviceGetHandleByIndex(i)
                     nv.nvmlDeviceRegisterEvents(handle, nv.nvmlEventTypeXidCriticalError, self._events)
-                except nv.NVMLError_NotSupported:
-                    pass  # this GPU cannot report XIDs; samples still flow
+                except (nv.NVMLError_NotSupported, nv.NVMLError_GpuIsLost):
+                    pass  # this GPU cannot report XIDs (a lost one shows as `lost` in samples)
         except nv.NVMLError as exc:
             raise NvmlUnavailable(f"NVML init failed: {exc}") from None
         self._ready = True

@@ -1,0 +1,165 @@
+"""Interesting log lines -> `LogEvent`s: CUDA, NCCL, XID, OOM and Python tracebacks.
+
+`LogParser` is pure (feed it strings, get events) and keeps just enough
+state to fold a multi-line Python traceback into one event whose `message`
+is the exception line, which is the line a human and a rule both want.
+torchrun's `[rank3]:` prefixes are stripped and give the event its rank.
+
+`FileFollower` and `KernelLog` are the thin readers: a training log file
+(followed across rotation) and the kernel ring buffer (`/dev/kmsg`), where
+the driver's "NVRM: Xid" lines appear. Either may be unreadable on a given
+node; that is reported once and tolerated.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from schemas.records import LogEvent
+
+log = logging.getLogger(__name__)
+
+_RANK_PREFIX = re.compile(r"^\[(?:default)?rank(\d+)\]:\s?")
+_KMSG_PREFIX = re.compile(r"^\d+,\d+,\d+,[^;]*;")
+# (category, level, pattern), first match wins: OOM before the generic CUDA error.
+RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+    ("xid", "error", re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<code>\d+)")),
+    ("oom", "error", re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED")),
+    ("nccl", "error", re.compile(r"NCCL (?:error|ERROR)|nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage)Error"
+                                 r"|Watchdog caught collective operation timeout|NCCL communicator was aborted")),
+    ("nccl", "warning", re.compile(r"NCCL WARN")),
+    ("cuda", "error", re.compile(r"CUDA error|cudaError\w*|CUDNN_STATUS_\w+|CUBLAS_STATUS_\w+"
+                                 r"|device-side assert triggered|an illegal memory access")),
+)
+_TRACEBACK_START = "Traceback (most recent call last):"
+
+
+@dataclass
+class _Traceback:
+    rank: int | None
+    frames: int = 0
+
+
+class LogParser:
+    """Turns lines into `LogEvent`s; stateful only across a traceback's lines."""
+
+    def __init__(self, *, node: str, source: str, job: str = "") -> None:
+        self.node = node
+        self.source = source
+        self.job = job
+        self._tb: _Traceback | None = None
+
+    def feed(self, line: str, ts: float) -> list[LogEvent]:
+        """Events completed by this line (usually none).
+
+        >>> p = LogParser(node="n0", source="train")
+        >>> p.feed("Traceback (most recent call last):", 1.0) + p.feed('  File "t.py", line 3, in <module>', 1.0)
+        []
+        >>> p.feed("ZeroDivisionError: division by zero", 1.0)[0].message
+        'ZeroDivisionError: division by zero'
+        """
+        line = _KMSG_PREFIX.sub("", line.rstrip("\r\n"))
+        rank = None
+        match = _RANK_PREFIX.match(line)
+        if match:
+            rank, line = int(match.group(1)), line[match.end():]
+        if self._tb is not None:
+            if line.startswith((" ", "\t")) or not line.strip() or line.startswith(_TRACEBACK_START):
+                self._tb.frames += line.lstrip().startswith("File ")
+                return []
+            if line.startswith("During handling of") or line.startswith("The above exception was"):
+                return []  # a chained traceback continues
+            tb, self._tb = self._tb, None
+            return [self._event(ts, "error", "traceback", line.strip(), tb.rank if tb.rank is not None else rank)]
+        if line.startswith(_TRACEBACK_START):
+            self._tb = _Traceback(rank=rank)
+            return []
+        for category, level, pattern in RULES:
+            if pattern.search(line):
+                return [self._event(ts, level, category, line.strip(), rank)]
+        return []
+
+    def exit_event(self, code: int, ts: float, rank: int | None = None) -> LogEvent:
+        """The event for a supervised process that exited with `code` (negative: killed by signal)."""
+        level = "info" if code == 0 else "error"
+        return self._event(ts, level, "exit", f"process exited with code {code}", rank, exit_code=code)
+
+    def _event(self, ts: float, level: str, category: str, message: str, rank: int | None,
+               exit_code: int | None = None) -> LogEvent:
+        return LogEvent(ts=ts, node=self.node, level=level, source=self.source, message=message, job=self.job,
+                        rank=rank, category=category, exit_code=exit_code)
+
+
+class FileFollower:
+    """`tail -F` for one file: new complete lines since the last call, across rotation."""
+
+    def __init__(self, path: Path, *, from_start: bool = False) -> None:
+        self.path = path
+        self._inode: int | None = None
+        self._offset = 0
+        self._partial = ""
+        self._from_start = from_start
+
+    def read_lines(self) -> list[str]:
+        """Complete lines appended since the last call ([] if the file is absent)."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return []
+        if self._inode != st.st_ino or st.st_size < self._offset:
+            start_at_end = self._inode is None and not self._from_start
+            self._inode, self._offset, self._partial = st.st_ino, st.st_size if start_at_end else 0, ""
+        with self.path.open("r", errors="replace") as f:
+            f.seek(self._offset)
+            chunk = f.read()
+            self._offset = f.tell()
+        text = self._partial + chunk
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        return lines
+
+
+class KernelLog:
+    """Non-blocking reader of `/dev/kmsg` (needs CAP_SYSLOG); absent or denied -> no lines."""
+
+    def __init__(self, path: Path = Path("/dev/kmsg"), *, warn: Callable[[str], None] = log.warning) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._failed = False
+        self._warn = warn
+
+    def read_lines(self) -> list[str]:
+        """Kernel messages logged since the last call (the ring buffer's backlog on the first)."""
+        if self._failed:
+            return []
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                self._failed = True
+                self._warn(f"kernel log {self.path} unreadable ({exc.strerror}); XIDs come from NVML only")
+                return []
+        lines: list[str] = []
+        while True:
+            try:
+                record = os.read(self._fd, 8192)
+            except BlockingIOError:
+                return lines
+            except BrokenPipeError:
+                continue  # the ring buffer overwrote records we had not read; carry on
+            except OSError:
+                return lines
+            if not record:
+                return lines
+            lines.append(record.decode(errors="replace").split("\n", 1)[0])
+
+    def close(self) -> None:
+        """Release the file descriptor."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,257 @@
+"""The training hook: a few lines in any PyTorch loop make the job observable.
+
+    monitor = trainguard.TrainingMonitor(job="llm-7b", model=model)
+    for batch in loader:
+        loss = train_step(batch)
+        monitor.step(loss=loss.item(), tokens=batch_tokens, grad_norm=norm)
+        if step % 1000 == 0:
+            with monitor.phase("checkpointing"):
+                save(...)
+            monitor.checkpoint_saved(step, path)
+
+Publishing never blocks the loop: records go onto the publisher's in-memory
+queue and a background thread ships them. A second background thread sends
+a `Heartbeat` every `heartbeat_interval_s`; it keeps beating while the main
+thread is stuck in a collective, so a hang shows as beats whose `step` no
+longer moves. SIGUSR1 makes the process dump every thread's stack through
+`faulthandler` (into `$TRAINGUARD_STACK_DIR/<pid>.txt` when the agent set
+it), which is how `trainguard run` samples stacks without py-spy.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import hashlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from collectors.topology import Placement, coordinates, placement
+from schemas.records import CheckpointEvent, Heartbeat, JobTopology, Phase, PhaseChange, Record, TrainingStep, metric
+from schemas.topics import Topics
+
+# Dense bf16 peak FLOP/s by GPU model name fragment (vendor data sheets).
+PEAK_FLOPS: dict[str, float] = {"B200": 2.25e15, "H200": 989e12, "H100": 989e12, "H800": 989e12,
+                                "A100": 312e12, "A800": 312e12, "L40S": 362e12, "V100": 125e12}
+
+
+class Sink(Protocol):
+    """Where records go: `collectors.publisher.Publisher`, or anything alike."""
+
+    def publish(self, record: Record) -> None: ...
+
+    def close(self, timeout_s: float = 10.0) -> bool: ...
+
+
+def param_checksum(params: Iterator[Any] | list[Any]) -> str:
+    """A digest of the raw bytes of every tensor, in order.
+
+    Data-parallel replicas hold bit-identical parameters after each optimizer
+    step, so any difference between their digests is silent data corruption.
+    GPU tensors are copied to the host: its cost is why it runs every
+    `checksum_every` steps (benchmarks/bench_hook.py measures it).
+    """
+    digest = hashlib.blake2b(digest_size=16)
+    for p in params:
+        t = p.detach().reshape(-1)
+        digest.update(t.view(dtype=_uint8()).cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _uint8() -> Any:
+    import torch
+
+    return torch.uint8
+
+
+def detect_peak_flops() -> float | None:
+    """The visible GPU's peak from `PEAK_FLOPS`; None on CPU or an unknown model."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        name = torch.cuda.get_device_name()
+    except Exception:
+        return None
+    return next((v for k, v in PEAK_FLOPS.items() if k in name), None)
+
+
+class TrainingMonitor:
+    """Publishes a job's steps, phases, checkpoints, topology and heartbeats."""
+
+    def __init__(self, *, job: str, model: Any = None, publisher: Sink | None = None, tp: int = 1, pp: int = 1,
+                 flops_per_token: float | None = None, peak_flops: float | None = None,
+                 checksum_every: int = 100, heartbeat_interval_s: float = 5.0,
+                 env: Mapping[str, str] | None = None, install_stack_signal: bool = True,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.env = os.environ if env is None else env
+        self.job = job
+        self.model = model
+        self.checksum_every = checksum_every
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.code_version = self.env.get("TRAINGUARD_CODE_VERSION", "")
+        self.attempt = int(self.env.get("TRAINGUARD_ATTEMPT", "0") or 0)
+        self.where: Placement = placement(self.env, _torch_dist())
+        self.dp_index, self.tp_index, self.pp_index = coordinates(
+            self.where.rank, world_size=self.where.world_size, tp=tp, pp=pp)
+        n_params = sum(p.numel() for p in model.parameters()) if model is not None else 0
+        self.flops_per_token = flops_per_token if flops_per_token is not None else 6.0 * n_params
+        self.peak_flops = peak_flops if peak_flops is not None else detect_peak_flops()
+        self.current_step = int(self.env.get("TRAINGUARD_RESUME_STEP", "0") or 0)
+        self.current_phase: Phase = "training"
+        self._clock = clock
+        self._last_t = time.perf_counter()
+        self._owns_publisher = publisher is None
+        self._sink: Sink = publisher or self._default_publisher()
+        self._stop = threading.Event()
+        self._stack_file: IO[str] | None = None
+        if install_stack_signal:
+            self._install_stack_signal()
+        self._announce_topology(tp, pp)
+        self._beater = threading.Thread(target=self._beat, name="trainguard-heartbeat", daemon=True)
+        self._beater.start()
+        self._closed = False
+        atexit.register(self.close)  # a loop that forgets close() still delivers its last records
+
+    # ---------------------------------------------------------------- API
+
+    def step(self, *, loss: float, tokens: int = 0, grad_norm: float | None = None,
+             compute_time_s: float | None = None, step: int | None = None) -> TrainingStep:
+        """Record one finished optimizer step; returns the record it published."""
+        now_perf = time.perf_counter()
+        step_time_s = now_perf - self._last_t
+        self._last_t = now_perf
+        self.current_step = step if step is not None else self.current_step + 1
+        checksum = None
+        if self.model is not None and self.checksum_every > 0 and self.current_step % self.checksum_every == 0:
+            checksum = param_checksum(self.model.parameters())
+        record = TrainingStep(
+            ts=self._clock(), job=self.job, rank=self.where.rank, node=self.where.node, step=self.current_step,
+            loss=_metric(loss), grad_norm=None if grad_norm is None else _metric(grad_norm), tokens=tokens,
+            step_time_s=step_time_s, compute_time_s=compute_time_s, mfu=self._mfu(tokens, step_time_s),
+            dp=self.dp_index, tp=self.tp_index, pp=self.pp_index, checksum=checksum,
+            code_version=self.code_version, attempt=self.attempt,
+        )
+        self._sink.publish(record)
+        return record
+
+    @contextmanager
+    def phase(self, name: Phase) -> Iterator[None]:
+        """Announce a phase (checkpointing, eval...) for the duration of the block.
+
+        Detectors then know a long silence is a checkpoint, not a hang. The
+        time spent inside does not count as step time.
+        """
+        self._set_phase(name)
+        try:
+            yield
+        finally:
+            self._set_phase("training")
+            self._last_t = time.perf_counter()
+
+    def checkpoint_saved(self, step: int, path: str | Path, *, status: str = "saved") -> None:
+        """Announce a checkpoint so recovery knows where it can restart from."""
+        self._sink.publish(CheckpointEvent(ts=self._clock(), job=self.job, step=step, path=str(path),
+                                           status=status, rank=self.where.rank,  # type: ignore[arg-type]
+                                           code_version=self.code_version))
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the heartbeat, announce `stopped`, and deliver what is queued."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        self._stop.set()
+        self._beater.join(timeout=self.heartbeat_interval_s + 1)
+        self._set_phase("stopped")
+        if self._owns_publisher:
+            self._sink.close(timeout_s)
+        if self._stack_file is not None:
+            faulthandler.unregister(signal.SIGUSR1)
+            self._stack_file.close()
+            self._stack_file = None
+
+    def __enter__(self) -> TrainingMonitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------- internals
+
+    def _mfu(self, tokens: int, step_time_s: float) -> float | None:
+        if not (self.peak_flops and self.flops_per_token and tokens and step_time_s > 0):
+            return None
+        return self.flops_per_token * tokens / step_time_s / self.peak_flops
+
+    def _set_phase(self, name: Phase) -> None:
+        self.current_phase = name
+        self._sink.publish(PhaseChange(ts=self._clock(), job=self.job, phase=name, rank=self.where.rank,
+                                       node=self.where.node, step=self.current_step))
+
+    def _beat(self) -> None:
+        while True:
+            self._sink.publish(Heartbeat(ts=self._clock(), job=self.job, rank=self.where.rank,
+                                         node=self.where.node, pid=os.getpid(), step=self.current_step,
+                                         phase=self.current_phase))
+            if self._stop.wait(self.heartbeat_interval_s):
+                return
+
+    def _announce_topology(self, tp: int, pp: int) -> None:
+        nodes = _gather_nodes(self.where)
+        if self.where.rank == 0:
+            ws = self.where.world_size
+            self._sink.publish(JobTopology(ts=self._clock(), job=self.job, world_size=ws, tp=tp, pp=pp,
+                                           dp=ws // (tp * pp), rank_nodes=nodes))
+
+    def _install_stack_signal(self) -> None:
+        stack_dir = self.env.get("TRAINGUARD_STACK_DIR")
+        if stack_dir:
+            Path(stack_dir).mkdir(parents=True, exist_ok=True)
+            self._stack_file = open(Path(stack_dir) / f"{os.getpid()}.txt", "a")  # noqa: SIM115 (kept open)
+            faulthandler.register(signal.SIGUSR1, file=self._stack_file, all_threads=True)
+        else:
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+    def _default_publisher(self) -> Sink:
+        from collectors.publisher import Publisher
+
+        base = Path(self.env.get("TRAINGUARD_COLLECTORS__SPOOL_DIR", ".trainguard/spool"))
+        return Publisher(servers=self.env.get("TRAINGUARD_BROKER__BOOTSTRAP") or "127.0.0.1:9092",
+                         topics=Topics(self.env.get("TRAINGUARD_TOPICS__PREFIX", "tg.")),
+                         spool_dir=base / f"hook-{self.job}-{self.where.rank}",
+                         client_id=f"trainguard-hook-{self.job}-{self.where.rank}")
+
+
+def monitor(job: str, **kwargs: Any) -> TrainingMonitor:
+    """Shorthand for `TrainingMonitor(job=job, **kwargs)`."""
+    return TrainingMonitor(job=job, **kwargs)
+
+
+def _metric(value: Any) -> Any:
+    return metric(float(value))
+
+
+def _torch_dist() -> Any:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    return dist
+
+
+def _gather_nodes(where: Placement) -> dict[int, str]:
+    """rank -> node for every rank (a collective when torch.distributed is up)."""
+    dist = _torch_dist()
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return {where.rank: where.node}
+    names: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(names, where.node)
+    return {r: str(n) for r, n in enumerate(names)}
