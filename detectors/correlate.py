@@ -3,15 +3,28 @@
 A NaN shows up on every rank; a dead switch makes every node behind it
 report network errors. Operators and the action engine want one incident
 per fault: per job and kind, opened by the first anomaly and kept open
-while related anomalies keep coming within `window_s` of event time.
+while related anomalies keep coming within `window_s` of event time. A
+hardware finding with no job is keyed by its node instead, so unrelated
+machines never merge.
+
+Symptoms do not open incidents of their own while their cause is open: a
+hang or slowdown of a job that already has an open hw_fault, network,
+user_error, nan or sdc incident (same job, or a node in common) is that
+incident's consequence; it is absorbed into it (listed in its
+`anomaly_ids`) instead of triggering a second, wrong recovery.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from detectors.base import anomaly_id
 from schemas.records import Anomaly, Incident
+
+CAUSES = frozenset({"hw_fault", "network", "user_error", "nan", "sdc"})
+SYMPTOMS = frozenset({"hang", "slowdown"})
 
 
 @dataclass
@@ -20,6 +33,8 @@ class _Open:
     last_ts: float
     nodes: set[str] = field(default_factory=set)
     ranks: set[int] = field(default_factory=set)
+    ids: list[str] = field(default_factory=list)
+    absorbed: int = 0
 
 
 class IncidentCorrelator:
@@ -31,6 +46,9 @@ class IncidentCorrelator:
     >>> b = Anomaly(ts=11.0, id="b", kind="nan", detector="nan", onset=11.0, job="j", ranks=[1])
     >>> [i.kind for i in c.add(a)], c.add(b)
     (['nan'], [])
+    >>> h = Anomaly(ts=50.0, id="h", kind="hang", detector="hang", onset=12.0, job="j")
+    >>> c.add(h), [i.anomaly_ids for i in c.open_incidents()]
+    ([], [['a', 'b', 'h']])
     """
 
     def __init__(self, *, window_s: float = 300.0) -> None:
@@ -40,12 +58,18 @@ class IncidentCorrelator:
     def add(self, anomaly: Anomaly) -> list[Incident]:
         """Absorb one anomaly; return the incident it opens, if it opens one."""
         self.expire(anomaly.ts)
-        key = (anomaly.job, anomaly.kind)
+        key = (anomaly.job or "node:" + ",".join(anomaly.nodes), anomaly.kind)
         current = self._open.get(key)
+        if current is None and anomaly.kind in SYMPTOMS:
+            current = self._cause_of(anomaly)
         if current is not None:
-            current.last_ts = anomaly.ts
+            current.last_ts = max(current.last_ts, anomaly.ts)
             current.nodes.update(anomaly.nodes)
             current.ranks.update(anomaly.ranks)
+            if len(current.ids) < 100:
+                current.ids.append(anomaly.id)
+            else:
+                current.absorbed += 1
             return []
         incident = Incident(
             ts=anomaly.ts,
@@ -60,10 +84,20 @@ class IncidentCorrelator:
             group=anomaly.group,
             step=anomaly.step,
             anomaly_ids=[anomaly.id],
-            evidence=dict(anomaly.evidence, detector=anomaly.detector),
+            evidence=dict(anomaly.evidence, detector=anomaly.detector, score=anomaly.score),
         )
-        self._open[key] = _Open(incident, anomaly.ts, set(anomaly.nodes), set(anomaly.ranks))
+        self._open[key] = _Open(incident, anomaly.ts, set(anomaly.nodes), set(anomaly.ranks), [anomaly.id])
         return [incident]
+
+    def _cause_of(self, anomaly: Anomaly) -> _Open | None:
+        """An open cause incident that explains this symptom, if any."""
+        nodes = set(anomaly.nodes) | set(anomaly.evidence.get("job_nodes", ()))
+        for (_, kind), current in sorted(self._open.items()):
+            if kind not in CAUSES:
+                continue
+            if (anomaly.job and current.incident.job == anomaly.job) or (nodes & current.nodes):
+                return current
+        return None
 
     def expire(self, ts: float) -> None:
         """Close incidents whose last anomaly is older than the window."""
@@ -72,5 +106,5 @@ class IncidentCorrelator:
             del self._open[key]
 
     def open_incidents(self) -> list[Incident]:
-        """Incidents still open (for status displays)."""
-        return [o.incident for o in self._open.values()]
+        """Incidents still open, with every anomaly merged so far (for status displays)."""
+        return [msgspec.structs.replace(o.incident, anomaly_ids=list(o.ids)) for o in self._open.values()]

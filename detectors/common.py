@@ -1,0 +1,141 @@
+"""Small building blocks the built-in detectors share.
+
+* `Rolling` is a fixed-size window with a cached median: the robust,
+  allocation-light baseline most detectors need (median/MAD instead of
+  mean/stddev, so one wild value does not move it).
+* `Bounded` is a dict that forgets its oldest keys beyond a cap, so a
+  detector's state stays bounded on an endless stream of new jobs or nodes.
+* `finding()` builds an `Anomaly` with a deterministic id.
+
+Everything here is pure and picklable.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Any, Generic, TypeVar
+
+from detectors.base import anomaly_id
+from schemas.records import Anomaly
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Rolling:
+    """The last `size` values with a lazily recomputed median and MAD.
+
+    >>> r = Rolling(5)
+    >>> for v in (1.0, 2.0, 3.0, 100.0, 2.0):
+    ...     r.add(v)
+    >>> r.median(), r.mad()
+    (2.0, 1.0)
+    """
+
+    __slots__ = ("size", "values", "_median", "_mad")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.values: deque[float] = deque(maxlen=size)
+        self._median: float | None = None
+        self._mad: float | None = None
+
+    def __getstate__(self) -> tuple[int, list[float]]:
+        return self.size, list(self.values)
+
+    def __setstate__(self, state: tuple[int, list[float]]) -> None:
+        self.size = state[0]
+        self.values = deque(state[1], maxlen=state[0])
+        self._median = self._mad = None
+
+    def add(self, value: float) -> None:
+        """Append one value (the oldest falls out when full)."""
+        self.values.append(value)
+        self._median = self._mad = None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def median(self) -> float:
+        """The median of the window (0.0 when empty)."""
+        if self._median is None:
+            self._median = median(self.values)
+        return self._median
+
+    def mad(self) -> float:
+        """The median absolute deviation from the median."""
+        if self._mad is None:
+            m = self.median()
+            self._mad = median([abs(v - m) for v in self.values])
+        return self._mad
+
+
+def median(values: Any) -> float:
+    """The median of an iterable of floats (0.0 when empty).
+
+    >>> median([3.0, 1.0, 2.0]), median([1.0, 2.0, 3.0, 4.0])
+    (2.0, 2.5)
+    """
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return 0.0
+    mid = n // 2
+    return float(ordered[mid]) if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+class Bounded(OrderedDict[K, V], Generic[K, V]):
+    """A dict keeping at most `cap` keys; inserting a new key past it drops the oldest.
+
+    >>> b = Bounded(2)
+    >>> b["a"], b["b"], b["c"] = 1, 2, 3
+    >>> list(b)
+    ['b', 'c']
+    """
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap = cap
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.cap,), None, None, iter(self.items()))
+
+    def __setitem__(self, key: K, value: V) -> None:
+        new = key not in self
+        super().__setitem__(key, value)
+        if new and len(self) > self.cap:
+            self.popitem(last=False)
+
+
+def finding(
+    detector: str,
+    kind: str,
+    *,
+    ts: float,
+    onset: float,
+    job: str = "",
+    nodes: list[str] | None = None,
+    ranks: list[int] | None = None,
+    gpus: list[str] | None = None,
+    group: str = "",
+    step: int | None = None,
+    score: float = 1.0,
+    evidence: dict[str, Any] | None = None,
+    key: object = "",
+) -> Anomaly:
+    """An `Anomaly` whose id is derived from what was found (replays agree)."""
+    return Anomaly(
+        ts=ts,
+        id=anomaly_id(detector, kind, job, key, onset),
+        kind=kind,  # type: ignore[arg-type]
+        detector=detector,
+        onset=onset,
+        job=job,
+        nodes=sorted(nodes or []),
+        ranks=sorted(ranks or []),
+        gpus=sorted(gpus or []),
+        group=group,
+        step=step,
+        score=score,
+        evidence=evidence or {},
+    )

@@ -1,0 +1,162 @@
+"""hw_fault: a GPU that must leave the fleet, found from one node sample.
+
+Signals, each enough on its own (ByteRobust evicts on these without waiting
+for the job to fail):
+
+* a fatal XID (see `detectors.xid`; application XIDs never evict alone);
+* growth of the cumulative double-bit ECC or uncorrectable-remap counters;
+* a row-remap failure, a GPU flagged lost, or a GPU that vanished from a
+  healthy sample (fallen off the bus);
+* an NVLink error burst: at least `nvlink_burst` new errors within
+  `nvlink_window_s`.
+
+Counters are cumulative, so only growth counts; a counter that goes *down*
+was reset (driver reload, GPU swap) and becomes the new baseline. A sample
+with `nvml_ok=False` is *unobserved*: it changes nothing (never "healthy").
+Each (GPU, cause) fires once per `cooldown_s` of event time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from detectors.base import Detector
+from detectors.common import Bounded, finding
+from detectors.xid import classify, is_fatal
+from schemas.records import Anomaly, GpuStats, NodeGpuSample, Record
+
+
+class _Gpu:
+    """Last counters of one GPU, plus its recent NVLink error growth."""
+
+    __slots__ = ("dbe", "remap_unc", "nvlink", "failed", "lost", "bursts")
+
+    def __init__(self, g: GpuStats) -> None:
+        self.dbe = g.ecc_dbe
+        self.remap_unc = g.remapped_uncorrectable
+        self.nvlink = g.nvlink_errors
+        self.failed = g.remap_failed
+        self.lost = g.lost
+        self.bursts: deque[tuple[float, int]] = deque()
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self.dbe, self.remap_unc, self.nvlink, self.failed, self.lost, list(self.bursts)
+
+    def __setstate__(self, s: tuple[Any, ...]) -> None:
+        self.dbe, self.remap_unc, self.nvlink, self.failed, self.lost = s[:5]
+        self.bursts = deque(s[5])
+
+
+class HardwareDetector(Detector):
+    """Flags GPUs with fatal XIDs, ECC/remap failures, loss or NVLink bursts.
+
+    >>> from schemas.records import NodeGpuSample, GpuStats, XidEvent
+    >>> d = HardwareDetector()
+    >>> d.observe(NodeGpuSample(ts=1.0, node="n0", gpus=[GpuStats(index=0)], xids=[XidEvent(gpu=0, code=13, ts=1.0)]))
+    []
+    >>> [a.gpus for a in d.observe(NodeGpuSample(ts=2.0, node="n0", xids=[XidEvent(gpu=0, code=79, ts=1.5)]))]
+    [['n0:0']]
+    """
+
+    consumes = frozenset({"gpu_sample"})
+
+    def __init__(
+        self,
+        *,
+        instance: str = "hw_fault",
+        nvlink_burst: int = 20,
+        nvlink_window_s: float = 120.0,
+        cooldown_s: float = 1800.0,
+        extra_fatal_xids: list[int] | None = None,
+        max_gpus: int = 200_000,
+    ) -> None:
+        super().__init__(instance=instance)
+        self.nvlink_burst = nvlink_burst
+        self.nvlink_window_s = nvlink_window_s
+        self.cooldown_s = cooldown_s
+        self.extra_fatal_xids = sorted(extra_fatal_xids or [])
+        self._extra = frozenset(self.extra_fatal_xids)
+        self._nodes: Bounded[str, dict[int, _Gpu]] = Bounded(max(1, max_gpus // 8))
+        self._fired: Bounded[tuple[str, int, str], float] = Bounded(max_gpus)
+
+    def observe(self, record: Record) -> list[Anomaly]:
+        if not isinstance(record, NodeGpuSample) or not record.nvml_ok:
+            return []
+        causes: list[dict[str, Any]] = []
+        for xid in record.xids:
+            if is_fatal(xid.code, self._extra):
+                causes.append({"gpu": xid.gpu, "cause": "xid", "code": xid.code,
+                               "meaning": classify(xid.code).meaning, "at": xid.ts})
+        gpus = self._nodes.get(record.node)
+        if gpus is None:
+            self._nodes[record.node] = gpus = {}
+        for g in record.gpus:
+            causes.extend(self._counters(gpus, g, record.ts))
+        if record.gpus and len(gpus) > len(record.gpus):
+            present = {g.index for g in record.gpus}
+            for index, state in gpus.items():
+                if index not in present and not state.lost:
+                    state.lost = True
+                    causes.append({"gpu": index, "cause": "gpu_missing"})
+        return self._report(record, causes)
+
+    def _counters(self, gpus: dict[int, _Gpu], g: GpuStats, ts: float) -> list[dict[str, Any]]:
+        state = gpus.get(g.index)
+        if state is None:
+            gpus[g.index] = state = _Gpu(g)
+            out = []
+            if g.lost:
+                out.append({"gpu": g.index, "cause": "gpu_lost"})
+            if g.remap_failed:
+                out.append({"gpu": g.index, "cause": "remap_failed"})
+            return out
+        out = []
+        if g.ecc_dbe > state.dbe:
+            out.append({"gpu": g.index, "cause": "ecc_dbe_growth", "from": state.dbe, "to": g.ecc_dbe})
+        if g.remapped_uncorrectable > state.remap_unc:
+            out.append({"gpu": g.index, "cause": "remap_uncorrectable_growth",
+                        "from": state.remap_unc, "to": g.remapped_uncorrectable})
+        if g.remap_failed and not state.failed:
+            out.append({"gpu": g.index, "cause": "remap_failed"})
+        if g.lost and not state.lost:
+            out.append({"gpu": g.index, "cause": "gpu_lost"})
+        growth = g.nvlink_errors - state.nvlink if g.nvlink_errors >= state.nvlink else 0
+        if growth > 0 or state.bursts:
+            burst = self._nvlink_burst(state, ts, growth)
+            if burst >= self.nvlink_burst:
+                out.append({"gpu": g.index, "cause": "nvlink_burst", "errors": burst,
+                            "window_s": self.nvlink_window_s})
+                state.bursts.clear()
+        # A counter going down was reset: the new value is the new baseline.
+        state.dbe, state.remap_unc, state.nvlink = g.ecc_dbe, g.remapped_uncorrectable, g.nvlink_errors
+        state.failed, state.lost = g.remap_failed, g.lost
+        return out
+
+    def _nvlink_burst(self, state: _Gpu, ts: float, growth: int) -> int:
+        if growth:
+            state.bursts.append((ts, growth))
+        while state.bursts and ts - state.bursts[0][0] > self.nvlink_window_s:
+            state.bursts.popleft()
+        return sum(n for _, n in state.bursts)
+
+    def _report(self, sample: NodeGpuSample, causes: list[dict[str, Any]]) -> list[Anomaly]:
+        fresh = []
+        for c in causes:
+            key = (sample.node, c["gpu"], f"{c['cause']}:{c.get('code', '')}")
+            last = self._fired.get(key)
+            if last is not None and sample.ts - last < self.cooldown_s:
+                continue
+            self._fired[key] = sample.ts
+            fresh.append(c)
+        if not fresh:
+            return []
+        onset = min(float(c.get("at", sample.ts)) for c in fresh)
+        gpus = sorted({f"{sample.node}:{c['gpu']}" for c in fresh})
+        return [finding(self.instance, "hw_fault", ts=sample.ts, onset=min(onset, sample.ts), job=sample.job,
+                        nodes=[sample.node], gpus=gpus, key=(sample.node, tuple(gpus)),
+                        evidence={"node": sample.node, "findings": fresh})]
+
+    def state_size(self) -> int:
+        gpus = sum(len(g) + sum(len(s.bursts) for s in g.values()) for g in self._nodes.values())
+        return len(self._nodes) + gpus + len(self._fired)

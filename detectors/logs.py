@@ -1,0 +1,118 @@
+"""user_error: the job failed because of its own code, not the machines.
+
+Telling the two apart decides the recovery: a user error is fixed by
+rolling the code back (evicting a healthy machine would not help), an
+infrastructure error by evicting. `classify()` reads one log line:
+
+* *infra* wins first: NCCL/c10d timeouts and errors, ECC/Xid/NVRM lines,
+  a GPU lost or off the bus, RDMA/IB verbs errors, connection resets,
+  unspecified launch failures, I/O errors. A `RuntimeError` carrying an
+  NCCL message is infra even though Python raised it.
+* *user*: exceptions raised by user code (ImportError, SyntaxError,
+  NameError, AttributeError, TypeError, KeyError ...), tensor shape or
+  device mismatches, device-side asserts, CUDA out-of-memory, and exit
+  code 2 (a command-line usage error).
+* anything else is *unknown* and never reported.
+
+An OOM's evidence says whether the job's `code_version` changed (from
+its step records) — an OOM right after a code change is the classic case.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from detectors.base import Detector
+from detectors.common import Bounded, finding
+from schemas.records import Anomaly, LogEvent, Record, TrainingStep
+
+INFRA = re.compile(
+    r"NCCL|ProcessGroupNCCL|c10d|Watchdog caught collective|collective operation timeout|uncorrectable ECC|"
+    r"ECC error|\bXid\b|NVRM|fallen off the bus|GPU is lost|NVLink|ibv_|\bRDMA\b|mlx5|"
+    r"Connection reset by peer|Connection refused|Broken pipe|unspecified launch failure|"
+    r"Input/output error|No space left on device|Bus error|TCPStore|hardware error",
+    re.IGNORECASE,
+)
+USER = re.compile(
+    r"\b(ModuleNotFoundError|ImportError|SyntaxError|IndentationError|NameError|UnboundLocalError|"
+    r"AttributeError|TypeError|ValueError|KeyError|IndexError|AssertionError|ZeroDivisionError|"
+    r"NotImplementedError|FileNotFoundError|RecursionError|OutOfMemoryError)\b|"
+    r"CUDA out of memory|size mismatch|shape mismatch|shapes cannot be multiplied|must match the size|"
+    r"Expected all tensors to be on the same device|device-side assert|mat1 and mat2"
+)
+OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
+
+
+def classify(event: LogEvent) -> tuple[str, str]:
+    """('infra' | 'user' | 'unknown', the matched text).
+
+    >>> from schemas.records import LogEvent
+    >>> def c(m, code=None): return classify(LogEvent(ts=0, node="n", level="error", source="x", message=m, exit_code=code))
+    >>> c("ModuleNotFoundError: No module named 'flash_attn'")
+    ('user', 'ModuleNotFoundError')
+    >>> c("RuntimeError: NCCL communicator was aborted")[0], c("hello")[0], c("exited", 2)[0]
+    ('infra', 'unknown', 'user')
+    """
+    text = event.message
+    infra = INFRA.search(text)
+    if infra:
+        return "infra", infra.group(0)
+    user = USER.search(text)
+    if user:
+        return "user", user.group(0)
+    if event.exit_code == 2:
+        return "user", "exit code 2"
+    return "unknown", ""
+
+
+class UserErrorDetector(Detector):
+    """Flags log lines that show the job's own code failing (once per job per cooldown).
+
+    >>> from schemas.records import LogEvent
+    >>> d = UserErrorDetector()
+    >>> line = "Traceback (most recent call last): ... ImportError: cannot import name 'foo'"
+    >>> [(a.kind, a.evidence["match"]) for a in d.observe(LogEvent(ts=3.0, node="n1", level="error",
+    ...     source="stderr", message=line, job="j", rank=4))]
+    [('user_error', 'ImportError')]
+    """
+
+    consumes = frozenset({"log", "step"})
+
+    def __init__(self, *, instance: str = "user_error", cooldown_s: float = 600.0, max_jobs: int = 10_000) -> None:
+        super().__init__(instance=instance)
+        self.cooldown_s = cooldown_s
+        self._fired: Bounded[str, float] = Bounded(max_jobs)
+        self._code: Bounded[str, tuple[str, float, bool]] = Bounded(max_jobs)  # job -> (version, since, changed)
+
+    def observe(self, record: Record) -> list[Anomaly]:
+        if isinstance(record, TrainingStep):
+            if record.code_version:
+                seen = self._code.get(record.job)
+                if seen is None or seen[0] != record.code_version:
+                    self._code[record.job] = (record.code_version, record.ts, seen is not None)
+            return []
+        if not isinstance(record, LogEvent):
+            return []
+        verdict, match = classify(record)
+        if verdict != "user":
+            return []
+        key = record.job or f"node:{record.node}"
+        last = self._fired.get(key)
+        if last is not None and record.ts - last < self.cooldown_s:
+            return []
+        self._fired[key] = record.ts
+        evidence: dict[str, Any] = {"match": match, "message": record.message[-500:], "source": record.source,
+                                    "exit_code": record.exit_code}
+        code = self._code.get(record.job)
+        if code is not None:
+            evidence["code_version"] = code[0]
+        if OOM.search(record.message):
+            evidence["oom"] = True
+            evidence["code_changed_at"] = code[1] if code is not None and code[2] else None
+        ranks = [record.rank] if record.rank is not None else []
+        return [finding(self.instance, "user_error", ts=record.ts, onset=record.ts, job=record.job,
+                        nodes=[record.node], ranks=ranks, key=key, evidence=evidence)]
+
+    def state_size(self) -> int:
+        return len(self._fired) + len(self._code)

@@ -1,0 +1,105 @@
+"""loss_spike: loss or grad norm jumps `ratio` times above its recent median.
+
+The baseline is a rolling median of the job's lowest rank (loss is usually
+all-reduced, so one rank speaks for the job; the median shrugs off the
+occasional odd batch). Every rank's value is compared with it, so a spike
+seen first on any rank is caught at its first step. Values that are flagged,
+or that arrive while an episode is open, never enter the baseline: the model
+does not learn the spikes it reports (river's `protect_anomaly_detector`).
+An episode closes when the lowest rank is back under the threshold.
+Non-finite values belong to the NaN detector and are ignored here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from detectors.base import Detector
+from detectors.common import Bounded, Rolling, finding
+from schemas.records import Anomaly, Record, TrainingStep, as_float
+
+FIELDS = ("loss", "grad_norm")
+
+
+class _Job:
+    __slots__ = ("leader", "attempt", "base", "open")
+
+    def __init__(self, leader: int, attempt: int, size: int) -> None:
+        self.leader = leader
+        self.attempt = attempt
+        self.base = {f: Rolling(size) for f in FIELDS}
+        self.open = False
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self.leader, self.attempt, self.base, self.open
+
+    def __setstate__(self, s: tuple[Any, ...]) -> None:
+        self.leader, self.attempt, self.base, self.open = s
+
+
+class LossSpikeDetector(Detector):
+    """Flags a loss or grad-norm jump of `ratio`x over a protected rolling median.
+
+    >>> from schemas.records import TrainingStep
+    >>> d = LossSpikeDetector(min_baseline=5)
+    >>> out = []
+    >>> for s, loss in enumerate([2.0, 2.1, 1.9, 2.0, 2.0, 1.9, 12.0, 2.0]):
+    ...     out += d.observe(TrainingStep(ts=float(s), job="j", rank=0, node="n0", step=s, loss=loss))
+    >>> [(a.kind, a.step, a.evidence["field"]) for a in out]
+    [('loss_spike', 6, 'loss')]
+    """
+
+    consumes = frozenset({"step"})
+
+    def __init__(
+        self,
+        *,
+        instance: str = "loss_spike",
+        ratio: float = 5.0,
+        window: int = 50,
+        min_baseline: int = 10,
+        max_jobs: int = 10_000,
+    ) -> None:
+        super().__init__(instance=instance)
+        self.ratio = ratio
+        self.window = window
+        self.min_baseline = min_baseline
+        self._jobs: Bounded[str, _Job] = Bounded(max_jobs)
+
+    def observe(self, record: Record) -> list[Anomaly]:
+        if not isinstance(record, TrainingStep):
+            return []
+        job = self._jobs.get(record.job)
+        if job is None or record.attempt > job.attempt or (record.rank < job.leader and record.attempt == job.attempt):
+            self._jobs[record.job] = job = _Job(record.rank, record.attempt, self.window)
+        if record.attempt != job.attempt:
+            return []
+        leader = record.rank == job.leader
+        spike: tuple[str, float, float] | None = None
+        for name in FIELDS:
+            value = as_float(getattr(record, name))
+            if value is None or not math.isfinite(value):
+                continue
+            base = job.base[name]
+            ready = len(base) >= self.min_baseline
+            med = base.median() if ready else 0.0
+            if ready and med > 0 and value >= self.ratio * med:
+                spike = spike or (name, value, med)
+            elif leader and not job.open:
+                base.add(value)
+        if spike is None:
+            if leader:
+                job.open = False
+            return []
+        if job.open:
+            return []
+        job.open = True
+        name, value, med = spike
+        return [finding(self.instance, "loss_spike", ts=record.ts, onset=record.ts, job=record.job,
+                        nodes=[record.node], ranks=[record.rank], step=record.step, key=(record.attempt, record.step),
+                        evidence={"field": name, "value": value, "baseline": med, "ratio": round(value / med, 3),
+                                  "rank": record.rank, "step": record.step})]
+
+    def state_size(self) -> int:
+        return sum(len(b) for j in self._jobs.values() for b in j.base.values()) + len(self._jobs)

@@ -1,0 +1,113 @@
+"""network: an RDMA port that goes down or bursts errors, confirmed twice.
+
+One bad reading is often noise (a flap during a switch firmware update, a
+counter read racing a reset), so a port counts as faulty only when it is
+seen bad in two samples within `confirm_window_s` of event time. A sample
+is bad for a port when its state is not ACTIVE, when `link_downed` grew, or
+when its error counters (symbol, receive, link-error-recovery) grew by at
+least `error_burst`. Transmit discards are congestion, not faults, and are
+left out. Counters are cumulative; a decrease is a reset, not a fault.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from detectors.base import Detector
+from detectors.common import Bounded, finding
+from schemas.records import Anomaly, RdmaPort, RdmaSample, Record
+
+
+class _Port:
+    __slots__ = ("downed", "errors", "first_bad", "last_bad", "fired")
+
+    def __init__(self, downed: int, errors: int) -> None:
+        self.downed = downed
+        self.errors = errors
+        self.first_bad: float | None = None
+        self.last_bad: float | None = None
+        self.fired = False
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self.downed, self.errors, self.first_bad, self.last_bad, self.fired
+
+    def __setstate__(self, s: tuple[Any, ...]) -> None:
+        self.downed, self.errors, self.first_bad, self.last_bad, self.fired = s
+
+
+def _errors(p: RdmaPort) -> int:
+    return p.symbol_errors + p.rcv_errors + p.link_error_recovery
+
+
+class NetworkDetector(Detector):
+    """Flags RDMA ports that are down or erroring in two samples within a window.
+
+    >>> from schemas.records import RdmaSample, RdmaPort
+    >>> d = NetworkDetector(confirm_window_s=30)
+    >>> up = RdmaSample(ts=0.0, node="n1", ports=[RdmaPort(device="mlx5_0", port=1)])
+    >>> down = lambda t: RdmaSample(ts=t, node="n1", ports=[RdmaPort(device="mlx5_0", port=1, state="DOWN")])
+    >>> d.observe(up), d.observe(down(10.0))
+    ([], [])
+    >>> [(a.kind, a.nodes, a.onset) for a in d.observe(down(20.0))]
+    [('network', ['n1'], 10.0)]
+    """
+
+    consumes = frozenset({"rdma_sample"})
+
+    def __init__(
+        self,
+        *,
+        instance: str = "network",
+        confirm_window_s: float = 120.0,
+        error_burst: int = 50,
+        max_ports: int = 100_000,
+    ) -> None:
+        super().__init__(instance=instance)
+        self.confirm_window_s = confirm_window_s
+        self.error_burst = error_burst
+        self._ports: Bounded[tuple[str, str, int], _Port] = Bounded(max_ports)
+
+    def observe(self, record: Record) -> list[Anomaly]:
+        if not isinstance(record, RdmaSample):
+            return []
+        out: list[Anomaly] = []
+        for p in record.ports:
+            reason = self._check(record, p)
+            if reason is not None:
+                out.append(reason)
+        return out
+
+    def _check(self, sample: RdmaSample, p: RdmaPort) -> Anomaly | None:
+        key = (sample.node, p.device, p.port)
+        state = self._ports.get(key)
+        errors = _errors(p)
+        if state is None:
+            self._ports[key] = state = _Port(p.link_downed, errors)
+            bad = p.state.upper() != "ACTIVE"
+            downed = grown = 0
+        else:
+            downed = max(0, p.link_downed - state.downed)
+            grown = max(0, errors - state.errors)
+            state.downed, state.errors = p.link_downed, errors
+            bad = p.state.upper() != "ACTIVE" or downed > 0 or grown >= self.error_burst
+        ts = sample.ts
+        if not bad:
+            if state.last_bad is not None and ts - state.last_bad > self.confirm_window_s:
+                state.first_bad = state.last_bad = None
+                state.fired = False
+            return None
+        if state.first_bad is None or ts - (state.last_bad or ts) > self.confirm_window_s:
+            state.first_bad, state.last_bad = ts, ts
+            return None
+        state.last_bad = ts
+        if state.fired or ts == state.first_bad:
+            return None
+        state.fired = True
+        return finding(
+            self.instance, "network", ts=ts, onset=state.first_bad, job=sample.job, nodes=[sample.node],
+            key=key, evidence={"node": sample.node, "device": p.device, "port": p.port, "state": p.state,
+                               "link_downed_growth": downed, "error_growth": grown},
+        )
+
+    def state_size(self) -> int:
+        return len(self._ports)

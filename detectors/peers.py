@@ -1,0 +1,163 @@
+"""Who is slow: peers compared at the same step, and GPU throttling signals.
+
+In synchronous training every rank waits for the slowest one, so the step
+time is the same everywhere and only the *compute* time (time outside
+collectives) tells the straggler from its victims. `StragglerTracker`
+gathers each step's compute times across ranks and flags ranks whose value
+sits `z` robust standard deviations (median/MAD) above their peers' median
+and at least `min_rel` above it. A rank flagged in `min_hits` of the last
+`window` steps is a suspect. If more than a quarter of the ranks are
+suspects the cause is systemic (data, network) and nobody is named.
+
+`GpuSlowSignals` remembers, per node, the latest sign of a GPU running
+slow: thermal, power-brake or hardware-slowdown throttle reasons (NVML
+clock-event bits 0x08, 0x20, 0x40, 0x80; software power capping, 0x04, is
+normal under load and ignored), or an SM clock far below its maximum while
+busy.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from detectors.common import Bounded, median
+from schemas.records import NodeGpuSample, TrainingStep
+
+SLOW_THROTTLE_BITS = 0x08 | 0x20 | 0x40 | 0x80
+
+
+class _Peers:
+    __slots__ = ("step", "attempt", "values", "ranks", "node_of", "flags", "finalized")
+
+    def __init__(self, step: int, attempt: int) -> None:
+        self.step = step
+        self.attempt = attempt
+        self.values: list[float] = []
+        self.ranks: list[int] = []
+        self.node_of: dict[int, str] = {}
+        self.flags: dict[int, deque[int]] = {}
+        self.finalized = -1
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, s) for s in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
+
+
+class StragglerTracker:
+    """Robust z-scores of compute time across ranks at each step.
+
+    >>> from schemas.records import TrainingStep
+    >>> t = StragglerTracker(min_hits=3)
+    >>> for s in range(6):
+    ...     for r in range(8):
+    ...         c = 1.5 if r == 5 else 1.0 + 0.01 * r
+    ...         t.add(TrainingStep(ts=s, job="j", rank=r, node=f"n{r // 4}", step=s, loss=1.0, compute_time_s=c))
+    >>> t.suspects("j")
+    ([5], ['n1'], 'peers')
+    """
+
+    def __init__(self, *, z: float = 4.0, min_rel: float = 0.05, window: int = 20, min_hits: int = 5,
+                 max_jobs: int = 10_000) -> None:
+        self.z = z
+        self.min_rel = min_rel
+        self.window = window
+        self.min_hits = min_hits
+        self._jobs: Bounded[str, _Peers] = Bounded(max_jobs)
+
+    def add(self, rec: TrainingStep) -> None:
+        """Add one rank's step; a newer step closes (scores) the previous one."""
+        p = self._jobs.get(rec.job)
+        if p is None or rec.attempt > p.attempt:
+            self._jobs[rec.job] = p = _Peers(rec.step, rec.attempt)
+        if rec.attempt != p.attempt:
+            return
+        value = rec.compute_time_s if rec.compute_time_s is not None else rec.step_time_s
+        if rec.rank not in p.node_of:
+            p.node_of[rec.rank] = rec.node
+        if rec.step > p.step:
+            self._score(p)
+            p.step, p.values, p.ranks = rec.step, [], []
+        elif rec.step < p.step:
+            return
+        if value > 0:
+            p.values.append(value)
+            p.ranks.append(rec.rank)
+
+    def _score(self, p: _Peers) -> None:
+        p.finalized = p.step
+        if len(p.values) < 4:
+            return
+        med = median(p.values)
+        scale = 1.4826 * median([abs(v - med) for v in p.values])
+        limit = max(med * (1 + self.min_rel), med + self.z * max(scale, 0.005 * med))
+        for rank, value in zip(p.ranks, p.values):
+            if value > limit:
+                hits = p.flags.get(rank)
+                if hits is None:
+                    p.flags[rank] = hits = deque(maxlen=self.min_hits * 2)
+                hits.append(p.step)
+
+    def suspects(self, job: str) -> tuple[list[int], list[str], str]:
+        """(ranks, nodes, how) of the ranks slow in enough recent steps."""
+        p = self._jobs.get(job)
+        if p is None:
+            return [], [], "none"
+        since = p.finalized - self.window
+        ranks = sorted(r for r, hits in p.flags.items() if sum(1 for s in hits if s > since) >= self.min_hits)
+        if not ranks or len(ranks) * 4 > max(len(p.node_of), 1):
+            return [], [], "none"
+        return ranks, sorted({p.node_of[r] for r in ranks}), "peers"
+
+    def nodes(self, job: str) -> list[str]:
+        """Every node the job's ranks were seen on."""
+        p = self._jobs.get(job)
+        return sorted(set(p.node_of.values())) if p else []
+
+    def size(self) -> int:
+        return sum(len(p.values) + len(p.node_of) + len(p.flags) + 1 for p in self._jobs.values())
+
+
+class GpuSlowSignals:
+    """Per node, the latest GPU evidence of running slow (throttling, low clocks)."""
+
+    def __init__(self, *, clock_ratio: float = 0.8, busy_pct: float = 50.0, keep_s: float = 300.0,
+                 max_nodes: int = 100_000) -> None:
+        self.clock_ratio = clock_ratio
+        self.busy_pct = busy_pct
+        self.keep_s = keep_s
+        self._slow: Bounded[str, tuple[float, dict[str, Any]]] = Bounded(max_nodes)
+
+    def add(self, sample: NodeGpuSample) -> None:
+        """Remember (or forget) one node's slow-GPU evidence; unobserved changes nothing."""
+        if not sample.nvml_ok:
+            return
+        found: dict[str, Any] = {}
+        for g in sample.gpus:
+            if g.throttle_reasons & SLOW_THROTTLE_BITS:
+                found[f"{sample.node}:{g.index}"] = {"throttle_reasons": g.throttle_reasons, "temp_c": g.temp_c}
+            elif g.max_sm_clock_mhz > 0 and g.util_pct >= self.busy_pct and \
+                    g.sm_clock_mhz < self.clock_ratio * g.max_sm_clock_mhz:
+                found[f"{sample.node}:{g.index}"] = {"sm_clock_mhz": g.sm_clock_mhz, "max": g.max_sm_clock_mhz}
+        if found:
+            self._slow[sample.node] = (sample.ts, found)
+        elif sample.node in self._slow:
+            del self._slow[sample.node]
+
+    def slow_nodes(self, nodes: list[str], ts: float) -> list[str]:
+        """Those of `nodes` with recent slow-GPU evidence."""
+        return sorted(n for n in nodes if n in self._slow and ts - self._slow[n][0] <= self.keep_s)
+
+    def evidence(self, nodes: list[str], ts: float) -> dict[str, Any]:
+        """The slow-GPU findings of `nodes`, keyed by "node:index"."""
+        out: dict[str, Any] = {}
+        for n in nodes:
+            if n in self._slow and ts - self._slow[n][0] <= self.keep_s:
+                out.update(self._slow[n][1])
+        return out
+
+    def size(self) -> int:
+        return len(self._slow)

@@ -1,0 +1,155 @@
+"""sdc: silent data corruption, caught where replicas must agree.
+
+Data-parallel replicas holding the same (tp, pp) shard must report the same
+parameter/gradient checksum at the same step. When they do not, the
+replicas in the minority (majority vote) hold the corrupted copy; their
+ranks and nodes are the suspects. With two replicas there is no majority
+and both are named (`ambiguous` in the evidence). A group is decided when
+all its replicas have reported (the dp degree from `JobTopology`, else the
+most replicas ever seen for the group) or, failing that, once the job is
+`grace_steps` steps further on.
+
+Second signal: a NaN that recurs at the same step after a restart (the
+`attempt` field grew) points at corrupted state, not a transient.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from detectors.base import Detector
+from detectors.common import Bounded, finding
+from schemas.records import Anomaly, JobTopology, Record, TrainingStep, as_float
+
+Group = tuple[int, int, int]  # (step, tp, pp)
+
+
+class _Job:
+    __slots__ = ("attempt", "dp", "max_step", "pending", "expected", "fired", "nan_steps")
+
+    def __init__(self, attempt: int) -> None:
+        self.attempt = attempt
+        self.dp = 0  # from topology; 0 = unknown
+        self.max_step = -1
+        self.pending: dict[Group, tuple[float, dict[str, list[tuple[int, str]]]]] = {}
+        self.expected: dict[tuple[int, int], int] = {}
+        self.fired = False
+        self.nan_steps: dict[int, tuple[int, int, str]] = {}  # attempt -> (step, rank, node)
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, s) for s in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
+
+
+class SdcDetector(Detector):
+    """Flags DP replicas whose checksums disagree, and NaNs recurring after a restart.
+
+    >>> from schemas.records import TrainingStep
+    >>> d = SdcDetector()
+    >>> def rec(r, c): return TrainingStep(ts=5.0, job="j", rank=r, node=f"n{r}", step=7, loss=1.0, dp=r, checksum=c)
+    >>> [d.observe(rec(r, "aa")) for r in range(3)]
+    [[], [], []]
+    >>> [(a.kind, a.ranks, a.nodes, a.step) for a in d.observe(rec(3, "bb"))]
+    []
+    >>> [(a.kind, a.ranks, a.nodes, a.step) for a in d.observe(TrainingStep(ts=9.0, job="j", rank=0, node="n0", step=10, loss=1.0))]
+    [('sdc', [3], ['n3'], 7)]
+    """
+
+    consumes = frozenset({"step", "topology"})
+
+    def __init__(self, *, instance: str = "sdc", grace_steps: int = 2, max_jobs: int = 10_000) -> None:
+        super().__init__(instance=instance)
+        self.grace_steps = grace_steps
+        self._jobs: Bounded[str, _Job] = Bounded(max_jobs)
+
+    def observe(self, record: Record) -> list[Anomaly]:
+        if isinstance(record, JobTopology):
+            self._job(record.job, 0).dp = record.dp
+            return []
+        if not isinstance(record, TrainingStep):
+            return []
+        job = self._job(record.job, record.attempt)
+        out = self._nan_recurrence(job, record)
+        if record.attempt != job.attempt:
+            if record.attempt < job.attempt:
+                return out
+            job.attempt, job.max_step, job.fired = record.attempt, -1, False
+            job.pending.clear()
+        if record.checksum is not None:
+            out += self._checksum(job, record)
+        if record.step > job.max_step:
+            job.max_step = record.step
+            out += self._expire(job, record)
+        return out
+
+    def _job(self, name: str, attempt: int) -> _Job:
+        job = self._jobs.get(name)
+        if job is None:
+            self._jobs[name] = job = _Job(attempt)
+        return job
+
+    def _checksum(self, job: _Job, rec: TrainingStep) -> list[Anomaly]:
+        key = (rec.step, rec.tp, rec.pp)
+        if rec.step < job.max_step - self.grace_steps:
+            return []  # too late: that group was already decided
+        entry = job.pending.get(key)
+        if entry is None:
+            job.pending[key] = entry = (rec.ts, {})
+        votes = entry[1]
+        voters = votes.get(rec.checksum)  # type: ignore[arg-type]
+        if voters is None:
+            votes[rec.checksum] = voters = []  # type: ignore[index]
+        voters.append((rec.rank, rec.node))
+        count = sum(len(v) for v in votes.values())
+        expected = job.dp or job.expected.get((rec.tp, rec.pp), 0)
+        if expected and count >= expected:
+            del job.pending[key]
+            return self._decide(job, rec.job, key, entry, rec.ts)
+        return []
+
+    def _expire(self, job: _Job, rec: TrainingStep) -> list[Anomaly]:
+        out: list[Anomaly] = []
+        for key in [k for k in job.pending if k[0] < rec.step - self.grace_steps]:
+            out += self._decide(job, rec.job, key, job.pending.pop(key), rec.ts)
+        return out
+
+    def _decide(self, job: _Job, name: str, key: Group, entry: tuple[float, dict[str, list[tuple[int, str]]]],
+                ts: float) -> list[Anomaly]:
+        onset, votes = entry
+        count = sum(len(v) for v in votes.values())
+        shard = (key[1], key[2])
+        job.expected[shard] = max(job.expected.get(shard, 0), count)
+        if len(votes) < 2 or job.fired:
+            return []
+        ranked = sorted(votes.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        ambiguous = len(ranked[0][1]) == len(ranked[1][1])
+        odd = [v for _, voters in (ranked if ambiguous else ranked[1:]) for v in voters]
+        job.fired = True
+        return [finding(self.instance, "sdc", ts=ts, onset=onset, job=name, nodes=list({n for _, n in odd}),
+                        ranks=[r for r, _ in odd], group=f"tp:{key[1]},pp:{key[2]}", step=key[0], key=key,
+                        evidence={"cause": "checksum_mismatch", "step": key[0], "ambiguous": ambiguous,
+                                  "checksums": {c: sorted(r for r, _ in v) for c, v in votes.items()}})]
+
+    def _nan_recurrence(self, job: _Job, rec: TrainingStep) -> list[Anomaly]:
+        loss, grad = as_float(rec.loss), as_float(rec.grad_norm)
+        if (loss is None or math.isfinite(loss)) and (grad is None or math.isfinite(grad)):
+            return []
+        if rec.attempt in job.nan_steps:
+            return []
+        job.nan_steps[rec.attempt] = (rec.step, rec.rank, rec.node)
+        earlier = [a for a, (s, _, _) in job.nan_steps.items() if a < rec.attempt and s == rec.step]
+        if not earlier:
+            return []
+        _, rank0, node0 = job.nan_steps[earlier[0]]
+        ranks = sorted({rec.rank, rank0}) if rank0 == rec.rank else []
+        return [finding(self.instance, "sdc", ts=rec.ts, onset=rec.ts, job=rec.job,
+                        nodes=[rec.node] if ranks else [], ranks=ranks, step=rec.step, key=("nan", rec.attempt),
+                        evidence={"cause": "nan_recurs_after_restart", "step": rec.step,
+                                  "attempts": sorted(earlier + [rec.attempt]), "first_rank": rec.rank})]
+
+    def state_size(self) -> int:
+        return sum(1 + len(j.pending) + len(j.expected) + len(j.nan_steps) for j in self._jobs.values())

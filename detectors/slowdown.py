@@ -1,0 +1,173 @@
+"""slowdown: the job got slower; find the rank or node that drags it.
+
+Two questions, answered separately:
+
+1. *Is the job slower?* Online change-point detection on the job's time per
+   step (per token when tokens are reported), taken from its lowest rank
+   (in synchronous training every rank waits for the slowest, so one rank
+   speaks for the job). The recent median (window sized to ~`recent_s` of
+   event time, 3..15 steps) is compared with a robust baseline (median of
+   up to `baseline_n` older steps). It fires when the recent median exceeds
+   the baseline by `min_rel` *and* by `k` robust standard errors, for
+   `confirm` consecutive steps. The baseline never learns from an open
+   episode (river's protect-the-model idea); if the new speed persists for
+   `accept_s` it becomes the new normal. A median is used rather than river's
+   PageHinkley, which is scale-dependent and trips on checkpoint steps.
+2. *Who is slow?* Peers at the same step (`detectors.peers.StragglerTracker`)
+   and GPU signals (thermal/power throttling, clocks below max).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from itertools import islice
+from typing import Any
+
+from detectors.base import Detector
+from detectors.common import Bounded, Rolling, finding, median
+from detectors.peers import GpuSlowSignals, StragglerTracker
+from schemas.records import Anomaly, NodeGpuSample, Record, TrainingStep
+
+
+class _Series:
+    __slots__ = ("leader", "attempt", "last_step", "last_ts", "recent", "base", "hits", "episode", "rising")
+
+    def __init__(self, leader: int, attempt: int, baseline_n: int) -> None:
+        self.leader = leader
+        self.attempt = attempt
+        self.last_step = -1
+        self.last_ts = 0.0
+        self.recent: deque[tuple[float, float]] = deque(maxlen=15)  # (ts, value)
+        self.base = Rolling(baseline_n)
+        self.hits = 0
+        self.episode: float | None = None  # event time the open episode began
+        self.rising: float | None = None  # event time the current run of hits began
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, s) for s in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
+
+
+class SlowdownDetector(Detector):
+    """Fires on a sustained drop in job throughput, localised to stragglers.
+
+    >>> from schemas.records import TrainingStep
+    >>> d = SlowdownDetector(min_baseline=10)
+    >>> out = []
+    >>> for s in range(80):
+    ...     t = 1.0 if s < 50 else 1.3
+    ...     rec = TrainingStep(ts=float(s), job="j", rank=0, node="n0", step=s, loss=1.0, step_time_s=t)
+    ...     out += d.observe(rec)
+    >>> [(a.kind, a.step >= 50) for a in out]
+    [('slowdown', True)]
+    """
+
+    consumes = frozenset({"step", "gpu_sample"})
+
+    def __init__(
+        self,
+        *,
+        instance: str = "slowdown",
+        min_rel: float = 0.06,
+        k: float = 4.0,
+        recent_s: float = 40.0,
+        confirm: int = 2,
+        baseline_n: int = 120,
+        min_baseline: int = 30,
+        accept_s: float = 3600.0,
+        straggler_z: float = 4.0,
+        max_jobs: int = 10_000,
+    ) -> None:
+        super().__init__(instance=instance)
+        self.min_rel = min_rel
+        self.k = k
+        self.recent_s = recent_s
+        self.confirm = confirm
+        self.baseline_n = baseline_n
+        self.min_baseline = min_baseline
+        self.accept_s = accept_s
+        self.straggler_z = straggler_z
+        self._series: Bounded[str, _Series] = Bounded(max_jobs)
+        self._peers = StragglerTracker(z=straggler_z, max_jobs=max_jobs)
+        self._gpu = GpuSlowSignals()
+
+    def observe(self, record: Record) -> list[Anomaly]:
+        if isinstance(record, TrainingStep):
+            self._peers.add(record)
+            return self._step(record)
+        if isinstance(record, NodeGpuSample):
+            self._gpu.add(record)
+        return []
+
+    def _step(self, rec: TrainingStep) -> list[Anomaly]:
+        s = self._series.get(rec.job)
+        if s is None or rec.attempt > s.attempt or (rec.rank < s.leader and rec.attempt == s.attempt):
+            self._series[rec.job] = s = _Series(rec.rank, rec.attempt, self.baseline_n)
+        if rec.rank != s.leader or rec.attempt != s.attempt or rec.step <= s.last_step:
+            return []
+        value = rec.step_time_s if rec.step_time_s > 0 else (
+            rec.ts - s.last_ts if rec.step == s.last_step + 1 else 0.0)
+        if rec.tokens > 0 and value > 0:
+            value = value / rec.tokens
+        s.last_step, s.last_ts = rec.step, rec.ts
+        if value <= 0:
+            return []
+        return self._update(s, rec, value)
+
+    def _update(self, s: _Series, rec: TrainingStep, value: float) -> list[Anomaly]:
+        if len(s.recent) == s.recent.maxlen and s.episode is None:
+            s.base.add(s.recent[0][1])
+        s.recent.append((rec.ts, value))
+        if len(s.base) < self.min_baseline:
+            return []
+        base = s.base.median()
+        n = self._window(s)
+        recent = median(v for _, v in islice(reversed(s.recent), n))
+        spread = 1.4826 * s.base.mad() / (n ** 0.5)
+        slow = recent > base * (1 + self.min_rel) and recent - base > self.k * spread
+        if s.episode is not None:
+            return self._in_episode(s, rec, recent, base)
+        if not slow:
+            s.hits, s.rising = 0, None
+            return []
+        s.hits += 1
+        if s.rising is None:
+            s.rising = s.recent[-n][0] if n <= len(s.recent) else rec.ts
+        if s.hits < self.confirm:
+            return []
+        s.episode = rec.ts
+        return [self._report(rec, s.rising, recent, base)]
+
+    def _window(self, s: _Series) -> int:
+        """How many recent steps to take the median of: ~recent_s of time, 3..15."""
+        step_s = s.recent[-1][0] - s.recent[0][0]
+        per_step = step_s / (len(s.recent) - 1) if len(s.recent) > 1 and step_s > 0 else self.recent_s
+        return max(3, min(len(s.recent), int(self.recent_s / per_step) if per_step > 0 else 3))
+
+    def _in_episode(self, s: _Series, rec: TrainingStep, recent: float, base: float) -> list[Anomaly]:
+        assert s.episode is not None
+        if recent < base * (1 + self.min_rel / 2):
+            s.episode, s.hits, s.rising = None, 0, None
+        elif rec.ts - s.episode > self.accept_s:  # the new speed is the new normal
+            s.base = Rolling(self.baseline_n)
+            for _, v in s.recent:
+                s.base.add(v)
+            s.episode, s.hits, s.rising = None, 0, None
+        return []
+
+    def _report(self, rec: TrainingStep, onset: float, recent: float, base: float) -> Anomaly:
+        ranks, nodes, how = self._peers.suspects(rec.job)
+        if not nodes:
+            nodes = self._gpu.slow_nodes(self._peers.nodes(rec.job), rec.ts)
+            how = "gpu_signals" if nodes else "none"
+        evidence = {"slowdown": round(recent / base - 1, 4), "baseline": base, "recent": recent,
+                    "localised_by": how, "gpu": self._gpu.evidence(nodes, rec.ts)}
+        return finding(self.instance, "slowdown", ts=rec.ts, onset=onset, job=rec.job, nodes=nodes, ranks=ranks,
+                       step=rec.step, key=rec.attempt, evidence=evidence)
+
+    def state_size(self) -> int:
+        return sum(len(s.recent) + len(s.base) + 1 for s in self._series.values()) + self._peers.size() + \
+            self._gpu.size()
