@@ -1,0 +1,130 @@
+"""The demo's training job: a small MLP, data-parallel over gloo on the CPU.
+
+Run one process per rank (torchrun sets RANK/WORLD_SIZE/MASTER_*). It is an
+ordinary PyTorch loop plus the trainguard hook, checkpoints every
+`--ckpt-every` steps, resumes from `TRAINGUARD_RESUME_PATH`, and loads the
+"code version" named by `TRAINGUARD_CODE_VERSION`: version `v2-bad` carries a
+shape bug, as a bad hot update would. Faults come from the demo's fault
+board (`TRAINGUARD_DEMO_FAULTS`), never from the code path itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import trainguard
+from trainguard.demo.faults import Fault, FaultBoard
+
+FEATURES, HIDDEN = 64, 256
+
+
+def build_model(code_version: str) -> nn.Module:
+    """The model of a code version; `v2-bad` has a mismatched layer (a user bug)."""
+    width = HIDDEN + 1 if code_version == "v2-bad" else HIDDEN
+    return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.GELU(), nn.Linear(width, 1))
+
+
+def batch(step: int, rank: int, size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Deterministic synthetic data: the same step always sees the same batch."""
+    gen = torch.Generator().manual_seed(step * 1000 + rank)
+    x = torch.randn(size, FEATURES, generator=gen)
+    y = torch.sin(x[:, :4].sum(dim=1, keepdim=True))
+    return x, y
+
+
+def main() -> None:
+    args = _args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    node = os.environ.get("NODE_NAME", "node")
+    code_version = os.environ.get("TRAINGUARD_CODE_VERSION", "v1")
+    torch.manual_seed(0)
+    model = build_model(code_version)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    start = _resume(model, opt)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    board = FaultBoard(Path(os.environ["TRAINGUARD_DEMO_FAULTS"])) if "TRAINGUARD_DEMO_FAULTS" in os.environ else None
+    monitor = trainguard.TrainingMonitor(job=args.job, model=model, checksum_every=1, heartbeat_interval_s=1.0,
+                                         flops_per_token=6.0 * sum(p.numel() for p in model.parameters()),
+                                         peak_flops=5e9)
+    fired: set[str] = set()
+    for step in range(start + 1, args.steps + 1):
+        fault = board.current() if board else None
+        fault = fault if fault and fault.id not in fired and fault.targets(rank, node) else None
+        if fault:
+            fired.add(fault.id)
+        t0 = time.perf_counter()
+        x, y = batch(step, rank)
+        loss = nn.functional.mse_loss(ddp(x), y)
+        if fault and fault.kind == "nan":
+            loss = loss * math.nan
+        time.sleep(args.compute_s + (fault.slow_s if fault and fault.kind == "slow" else 0.0))
+        if fault and fault.kind == "slow":
+            fired.discard(fault.id)  # a slow node stays slow until it is replaced
+        if fault and fault.kind == "hang":
+            while True:  # a rank stuck before its collective: every peer blocks in all-reduce
+                time.sleep(1)
+        compute_s = time.perf_counter() - t0
+        opt.zero_grad()
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9))
+        opt.step()
+        if fault and fault.kind == "bitflip":
+            _flip_a_bit(model)
+        monitor.step(loss=loss.item(), tokens=x.shape[0], grad_norm=grad_norm, compute_time_s=compute_s, step=step)
+        if step % args.ckpt_every == 0:
+            _checkpoint(monitor, model, opt, step, rank, Path(args.ckpt_dir))
+    monitor.close()
+    dist.destroy_process_group()
+
+
+def _flip_a_bit(model: nn.Module) -> None:
+    """Silent data corruption: flip one exponent bit of one weight in place."""
+    with torch.no_grad():
+        weight = next(model.parameters()).view(-1)
+        bits = weight[:1].view(torch.int32)
+        bits ^= 1 << 23
+
+
+def _checkpoint(monitor: trainguard.TrainingMonitor, model: nn.Module, opt: torch.optim.Optimizer,
+                step: int, rank: int, ckpt_dir: Path) -> None:
+    with monitor.phase("checkpointing"):
+        if rank == 0:
+            ckpt_dir.mkdir(parents=True, exist_ok=True)
+            path = ckpt_dir / f"step-{step:06d}.pt"
+            torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, path)
+        dist.barrier()
+    if rank == 0:
+        monitor.checkpoint_saved(step, ckpt_dir / f"step-{step:06d}.pt")
+
+
+def _resume(model: nn.Module, opt: torch.optim.Optimizer) -> int:
+    path = os.environ.get("TRAINGUARD_RESUME_PATH")
+    if not path or not Path(path).exists():
+        return int(os.environ.get("TRAINGUARD_RESUME_STEP", "0") or 0) if not path else 0
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    return int(state["step"])
+
+
+def _args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--job", default="demo")
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--ckpt-every", type=int, default=20)
+    p.add_argument("--ckpt-dir", default=".trainguard/demo/checkpoints")
+    p.add_argument("--compute-s", type=float, default=0.15, help="simulated compute per step")
+    return p.parse_args()
+
+
+if __name__ == "__main__":
+    main()
