@@ -1,37 +1,45 @@
 # trainguard: two commands on a fresh machine.
 #   make demo   installs, starts the local Kafka broker, runs the demo
 #   make test   installs, starts the broker, runs the whole suite, stops the broker
+#
+# Everything installs into .venv (created with --system-site-packages, so a
+# machine that already has torch reuses it instead of downloading it again).
 PYTHON ?= python3
-PIP ?= $(PYTHON) -m pip
-STAMP := .trainguard/.installed
+VENV := .venv
+PY := $(VENV)/bin/python
+TG := $(PY) -m trainguard.cli
+STAMP := $(VENV)/.installed
 
 .PHONY: install demo test unit integration broker-start broker-stop bench eval clean
 
-$(STAMP): pyproject.toml
-	$(PIP) install -q -e '.[train,test]'
-	if [ -d tests/plugins/sample_detector ]; then $(PIP) install -q -e tests/plugins/sample_detector; fi
-	@mkdir -p .trainguard && touch $(STAMP)
+$(PY):
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+
+$(STAMP): pyproject.toml $(PY)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[train,test]'
+	if [ -d tests/plugins/sample_detector ]; then $(PY) -m pip install -q --disable-pip-version-check -e tests/plugins/sample_detector; fi
+	touch $(STAMP)
 
 install: $(STAMP)
 
 broker-start: install
-	trainguard broker start
+	$(TG) broker start
 
 broker-stop:
-	-trainguard broker stop
+	-$(TG) broker stop
 
 demo: install broker-start
-	trainguard demo
+	$(TG) demo
 
 test: install broker-start
-	@status=0; $(PYTHON) -m pytest tests || status=$$?; trainguard broker stop; exit $$status
+	@status=0; $(PY) -m pytest tests || status=$$?; $(TG) broker stop; exit $$status
 
 unit: install
-	$(PYTHON) -m pytest tests/unit
+	$(PY) -m pytest tests/unit
 
-bench: install
-	$(PYTHON) -m benchmarks
+bench: install broker-start
+	$(PY) -m benchmarks
 
 clean:
-	-trainguard broker stop
-	rm -rf .trainguard build *.egg-info
+	-$(TG) broker stop
+	rm -rf .trainguard build *.egg-info $(VENV)
