@@ -9,6 +9,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TG := $(PY) -m trainguard.cli
 STAMP := $(VENV)/.installed
+# Subprocesses that call `trainguard` by name find the venv's console script.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: install demo test unit integration broker-start broker-stop bench eval clean
 
