@@ -43,6 +43,14 @@ class Detector(ABC):
     def observe(self, record: Record) -> list[Anomaly]:
         """Digest one record; return the anomalies it reveals."""
 
+    @classmethod
+    def example(cls) -> Detector:
+        """A ready instance for the conformance suite and docs (default: no arguments).
+
+        Detectors that need something to run (a model file, say) override this.
+        """
+        return cls()
+
     def tick(self, ts: float) -> list[Anomaly]:
         """Advance event time to `ts` with no new record (default: nothing)."""
         return []

@@ -39,6 +39,8 @@ class DetectionPipeline:
         for det in self.detectors:
             for tag in det.consumes:
                 self._routes[tag].append(det)
+        self._by_type: dict[type, list[Detector]] = {}
+        self._tickers = [d for d in self.detectors if type(d).tick is not Detector.tick]
 
     @classmethod
     def from_settings(cls, settings: DetectorSettings) -> DetectionPipeline:
@@ -51,10 +53,17 @@ class DetectionPipeline:
         anomalies: list[Anomaly] = []
         if record.ts > self.watermark:
             self.watermark = record.ts
-        for det in self._routes.get(tag_of(record), ()):
-            anomalies.extend(det.observe(record))
+        route = self._by_type.get(type(record))
+        if route is None:
+            route = self._by_type[type(record)] = self._routes.get(tag_of(record), [])
+        for det in route:
+            found = det.observe(record)
+            if found:
+                anomalies.extend(found)
         if self.watermark - self._last_tick >= self.tick_every_s:
             anomalies.extend(self._tick(self.watermark))
+        if not anomalies:
+            return anomalies, []
         return anomalies, self._correlate(anomalies)
 
     def advance(self, ts: float) -> tuple[list[Anomaly], list[Incident]]:
@@ -66,7 +75,7 @@ class DetectionPipeline:
     def _tick(self, ts: float) -> list[Anomaly]:
         self._last_tick = ts
         out: list[Anomaly] = []
-        for det in self.detectors:
+        for det in self._tickers:
             out.extend(det.tick(ts))
         return out
 

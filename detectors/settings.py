@@ -25,7 +25,7 @@ def default_specs() -> list[DetectorSpec]:
     return [DetectorSpec(type=t) for t in DEFAULT_TYPES]
 
 
-DEFAULT_TYPES: tuple[str, ...] = ("nan",)
+DEFAULT_TYPES: tuple[str, ...] = ("nan", "hw_fault", "network", "hang", "slowdown", "loss_spike", "sdc", "user_error")
 
 
 class CorrelatorSettings(BaseModel):
