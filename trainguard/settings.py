@@ -60,6 +60,7 @@ class MetricsSettings(BaseModel):
 
     enabled: bool = True
     port: int = Field(0, ge=0, le=65535, description="0 disables the HTTP endpoint")
+    lag_interval_s: float = Field(5.0, gt=0, description="how often the worker refreshes its consumer-lag gauge")
 
 
 class Settings(BaseSettings):
