@@ -77,7 +77,8 @@ class Journal:
     def unfinished(self) -> list[Decision]:
         """Decisions whose plan has not run to the end (to resume)."""
         rows = self._db.execute("SELECT body FROM decisions WHERE status='planned' ORDER BY ts").fetchall()
-        return [self._codec.decode(r[0], Decision) for r in rows]
+        decisions = [self._codec.decode(r[0], Decision) for r in rows]
+        return [d for d in decisions if not d.dry_run]
 
     def recent(self, limit: int = 20, job: str = "") -> list[Decision]:
         """The newest decisions first, optionally for one job."""

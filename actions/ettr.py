@@ -1,0 +1,151 @@
+"""ETTR: how much of a job's wall-clock time trained something that stuck.
+
+Effective Training Time Ratio = productive time / wall-clock time. The rest
+is split the way ByteRobust reports it, so a team sees where a fault cost
+them: *detection* (fault onset until an incident), *localisation* (incident
+until the culprit is known: a self-check or replay result, or at once when
+the detectors localised it), *failover* (until the first step after the
+restart) and *re-computation* (steps done before a restore and redone after
+it). Time comes only from the records, so a recording replays to the same
+numbers. Overlaps are counted once, in that order of precedence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas.records import ActionResult, Incident, Record, TrainingStep
+
+CATEGORIES = ("detection", "localisation", "failover", "recompute")
+_LOCALISING = frozenset({"self_check", "replay_regroup"})
+
+
+@dataclass(frozen=True)
+class EttrReport:
+    """One job's account, in seconds."""
+
+    job: str
+    wall_s: float
+    productive_s: float
+    unproductive_s: dict[str, float]
+    incidents: int
+
+    @property
+    def ettr(self) -> float:
+        """Productive over wall-clock time (1.0 for an empty account)."""
+        return self.productive_s / self.wall_s if self.wall_s > 0 else 1.0
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain values for audit entries and JSON output."""
+        return {"job": self.job, "ettr": round(self.ettr, 4), "wall_s": round(self.wall_s, 3),
+                "productive_s": round(self.productive_s, 3), "incidents": self.incidents,
+                **{f"{k}_s": round(v, 3) for k, v in self.unproductive_s.items()}}
+
+
+@dataclass
+class _Episode:
+    onset: float
+    detected: float
+    localised: float | None = None
+    recovered: float | None = None
+    max_step: int = -1
+
+
+@dataclass
+class _Job:
+    first: float = float("inf")
+    last: float = float("-inf")
+    steps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, end ts, duration)
+    episodes: list[_Episode] = field(default_factory=list)
+    max_step: int = -1
+    rank: int | None = None
+
+
+class EttrAccount:
+    """Accumulates steps, incidents and action results per job.
+
+    >>> from schemas.records import TrainingStep, Incident
+    >>> acc = EttrAccount()
+    >>> for s in range(1, 5):
+    ...     acc.observe(TrainingStep(ts=float(s), job="j", rank=0, node="n", step=s, loss=1.0, step_time_s=1.0))
+    >>> acc.observe(Incident(ts=6.0, id="i", kind="nan", job="j", onset=5.0, detected_at=6.0))
+    >>> for s in (3, 4):  # restored from step 2, steps 3 and 4 redone
+    ...     acc.observe(TrainingStep(ts=6.0 + s, job="j", rank=0, node="n", step=s, loss=1.0, step_time_s=1.0))
+    >>> r = acc.report("j")
+    >>> r.wall_s, r.unproductive_s["detection"], r.unproductive_s["recompute"]
+    (10.0, 1.0, 2.0)
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _Job] = {}
+
+    def observe(self, record: Record) -> None:
+        """Take in one record; ignores the kinds it does not account for."""
+        if isinstance(record, TrainingStep):
+            self._step(record)
+        elif isinstance(record, Incident):
+            job = self._jobs.setdefault(record.job, _Job())
+            job.episodes.append(_Episode(record.onset, record.detected_at, max_step=job.max_step))
+            job.first = min(job.first, record.onset)
+            job.last = max(job.last, record.detected_at)
+        elif isinstance(record, ActionResult) and record.action in _LOCALISING and record.job in self._jobs:
+            episode = self._open(self._jobs[record.job])
+            if episode is not None:
+                episode.localised = max(episode.localised or record.ts, record.ts)
+
+    def jobs(self) -> list[str]:
+        """Every job seen."""
+        return sorted(self._jobs)
+
+    def report(self, job: str) -> EttrReport:
+        """The account of one job so far."""
+        entry = self._jobs.get(job) or _Job()
+        wall = max(0.0, entry.last - entry.first) if entry.steps or entry.episodes else 0.0
+        labelled: list[tuple[float, float, int]] = []
+        for ep in entry.episodes:
+            localised = ep.localised if ep.localised is not None else ep.detected
+            recovered = ep.recovered if ep.recovered is not None else entry.last
+            labelled += [(ep.onset, ep.detected, 0), (ep.detected, localised, 1), (localised, recovered, 2)]
+        labelled += [(ts - dur, ts, 3) for ts, dur in self._redone(entry)]
+        spent = _measure_by_priority(labelled, lo=entry.first, hi=entry.last)
+        unproductive = {name: spent.get(i, 0.0) for i, name in enumerate(CATEGORIES)}
+        productive = max(0.0, wall - sum(unproductive.values()))
+        return EttrReport(job, wall, productive, unproductive, len(entry.episodes))
+
+    def _step(self, rec: TrainingStep) -> None:
+        job = self._jobs.setdefault(rec.job, _Job())
+        if job.rank is None:
+            job.rank = rec.rank
+        if rec.rank != job.rank:  # one rank speaks for the job: ranks step in lockstep
+            return
+        job.first = min(job.first, rec.ts - rec.step_time_s)
+        job.last = max(job.last, rec.ts)
+        open_ep = self._open(job)
+        if open_ep is not None and rec.ts > open_ep.detected and rec.step <= open_ep.max_step:
+            open_ep.recovered = rec.ts - rec.step_time_s  # the first step after the restart
+        job.steps.append((rec.step, rec.ts, rec.step_time_s))
+        job.max_step = max(job.max_step, rec.step)
+
+    @staticmethod
+    def _open(job: _Job) -> _Episode | None:
+        return next((ep for ep in reversed(job.episodes) if ep.recovered is None), None)
+
+    @staticmethod
+    def _redone(job: _Job) -> list[tuple[float, float]]:
+        """Steps later done again: (end ts, duration) of the earlier runs."""
+        last_run: dict[int, float] = {}
+        for step, ts, _ in job.steps:
+            last_run[step] = max(ts, last_run.get(step, ts))
+        return [(ts, dur) for step, ts, dur in job.steps if ts < last_run[step]]
+
+
+def _measure_by_priority(intervals: list[tuple[float, float, int]], *, lo: float, hi: float) -> dict[int, float]:
+    """Length covered by each label, where overlaps go to the lowest label."""
+    points = sorted({lo, hi, *(max(lo, min(hi, p)) for a, b, _ in intervals for p in (a, b))})
+    out: dict[int, float] = {}
+    for left, right in zip(points, points[1:]):
+        mid = (left + right) / 2
+        labels = [lab for a, b, lab in intervals if a <= mid < b]
+        if labels:
+            out[min(labels)] = out.get(min(labels), 0.0) + (right - left)
+    return out

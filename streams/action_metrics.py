@@ -1,0 +1,53 @@
+"""Prometheus metrics of the action consumer: decisions, actions, rails.
+
+Kept out of `actions/` so the pure core stays free of exporters. Everything
+lives in a registry owned by the instance (never the global default), and
+the HTTP endpoint starts only when a port is given.
+
+>>> m = ActionMetrics()
+>>> m.decided(kind="nan", rule="nan.restore_checkpoint", status="planned")
+>>> m.value("trainguard_decisions_total", kind="nan", rule="nan.restore_checkpoint", status="planned")
+1.0
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+
+class ActionMetrics:
+    """Counters and gauges of `trainguard act`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self._decisions = Counter("trainguard_decisions_total", "Decisions taken", ["kind", "rule", "status"],
+                                  registry=self.registry)
+        self._actions = Counter("trainguard_actions_total", "Plan steps carried out", ["action", "status"],
+                                registry=self.registry)
+        self._breaker = Gauge("trainguard_breaker_tripped", "1 while the eviction circuit breaker holds",
+                              registry=self.registry)
+        self._pool = Gauge("trainguard_standby_pool_size", "Warm standby nodes ready", registry=self.registry)
+        self._exhausted = Gauge("trainguard_standby_pool_exhausted", "1 when no spare is left",
+                                registry=self.registry)
+
+    def decided(self, *, kind: str, rule: str, status: str) -> None:
+        """Count one decision."""
+        self._decisions.labels(kind=kind, rule=rule, status=status).inc()
+
+    def acted(self, *, action: str, status: str) -> None:
+        """Count one executed plan step."""
+        self._actions.labels(action=action, status=status).inc()
+
+    def rails(self, *, breaker_tripped: bool, pool_size: int) -> None:
+        """Update the breaker and pool gauges."""
+        self._breaker.set(1.0 if breaker_tripped else 0.0)
+        self._pool.set(pool_size)
+        self._exhausted.set(1.0 if pool_size == 0 else 0.0)
+
+    def serve(self, port: int) -> None:
+        """Expose the registry over HTTP on `port`."""
+        start_http_server(port, registry=self.registry)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """One sample's value (for tests and `selfcheck`-style reports)."""
+        return self.registry.get_sample_value(name, labels)

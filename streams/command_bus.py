@@ -1,0 +1,64 @@
+"""The local executor's Kafka transport: commands out, agents' results back.
+
+Commands go to `<prefix>actions` keyed by job, so one job's commands stay in
+order on one partition. Results are read from `<prefix>action-results` by a
+consumer that is positioned at the end *before* the first command is sent,
+so a fast agent's answer is never missed; results for other commands that
+arrive meanwhile are kept for their own `collect` call.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from schemas.codec import Codec, DecodeError
+from schemas.records import ActionCommand, ActionResult
+from schemas.topics import Topics
+
+
+class KafkaCommandBus:
+    """`actions.executors.local.CommandBus` over Kafka."""
+
+    def __init__(self, *, servers: str, topics: Topics, codec: Codec | None = None) -> None:
+        self.topics = topics
+        self.codec = codec or Codec()
+        self._producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=0)
+        self._consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+        name = topics.name("action-results")
+        parts = [TopicPartition(name, p) for p in sorted(self._consumer.partitions_for_topic(name) or {0})]
+        self._consumer.assign(parts)
+        self._consumer.seek_to_end(*parts)
+        for tp in parts:  # resolve the end offsets now, before any command goes out
+            self._consumer.position(tp)
+        self._pending: dict[str, list[ActionResult]] = {}
+
+    def send(self, command: ActionCommand) -> None:
+        """Publish one signed command, keyed by its job."""
+        self._producer.send(self.topics.name("actions"), key=command.job.encode(), value=self.codec.encode(command))
+        self._producer.flush()
+
+    def collect(self, command_id: str, *, nodes: list[str], timeout_s: float) -> list[ActionResult]:
+        """Results for `command_id` until every node answered (or one, if `nodes` is empty)."""
+        deadline = time.monotonic() + timeout_s
+        while not self._complete(command_id, nodes) and time.monotonic() < deadline:
+            for messages in self._consumer.poll(timeout_ms=200).values():
+                for msg in messages:
+                    try:
+                        result = self.codec.decode(msg.value, ActionResult)
+                    except DecodeError:
+                        continue
+                    self._pending.setdefault(result.command_id, []).append(result)
+        return self._pending.pop(command_id, [])
+
+    def close(self) -> None:
+        """Release the Kafka clients."""
+        self._producer.close()
+        self._consumer.close()
+
+    def _complete(self, command_id: str, nodes: list[str]) -> bool:
+        got = self._pending.get(command_id, [])
+        if not nodes:
+            return bool(got)
+        return set(nodes) <= {r.node for r in got}
