@@ -1,4 +1,4 @@
-"""The `collectors:` section of the config."""
+"""The `collectors:` section of the config (node collectors and the on-node agent)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,32 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 
+class AgentSettings(BaseModel):
+    """`trainguard run`: the on-node agent that supervises training processes."""
+
+    state_dir: Path = Field(Path(".trainguard/agent"), description="executed command ids, attempt, stack dumps")
+    grace_s: float = Field(30.0, gt=0, description="SIGTERM -> SIGKILL grace when stopping the training process")
+    linger_s: float = Field(600.0, ge=0, description="after a failed exit, wait this long for a restart command")
+    selfcheck_command: list[str] = Field(default_factory=lambda: ["trainguard", "selfcheck"],
+                                         description="argv run for self_check / replay_regroup commands")
+    selfcheck_timeout_s: float = Field(600.0, gt=0)
+    stack_timeout_s: float = Field(5.0, gt=0)
+
+
 class CollectorSettings(BaseModel):
     """What `trainguard collect` runs on a node, and how often."""
 
     node: str = Field("", description="node name; empty means NODE_NAME or the hostname")
     gpu_interval_s: float = Field(1.0, gt=0)
     rdma_interval_s: float = Field(1.0, gt=0)
+    log_interval_s: float = Field(1.0, gt=0)
     spool_dir: Path = Path(".trainguard/spool")
     spool_max_mb: float = Field(256.0, gt=0)
+    gpu: bool = Field(True, description="enable the NVML collector")
+    rdma: bool = Field(True, description="enable the RDMA sysfs collector")
+    kernel_log: bool = Field(True, description="follow /dev/kmsg for XID/driver lines")
+    nvml_timeout_s: float = Field(5.0, gt=0, description="an NVML read taking longer is reported as hung")
+    rdma_root: Path = Path("/sys/class/infiniband")
+    kernel_log_path: Path = Path("/dev/kmsg")
+    log_files: list[Path] = Field(default_factory=list, description="training log files to follow")
+    agent: AgentSettings = Field(default_factory=AgentSettings)
