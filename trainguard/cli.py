@@ -20,6 +20,7 @@ COMMANDS: tuple[str, ...] = (
     "worker",
     "act",
     "schemas",
+    "collect",
     "simulate",
 )
 
