@@ -21,7 +21,11 @@ COMMANDS: tuple[str, ...] = (
     "act",
     "schemas",
     "collect",
+    "run",
     "simulate",
+    "record",
+    "replay",
+    "backtest",
 )
 
 

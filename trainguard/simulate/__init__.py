@@ -11,7 +11,7 @@ from typing import Any
 
 from schemas.records import Record
 from trainguard.simulate.engine import Simulation
-from trainguard.simulate.plan import Layout, build_plan, labels
+from trainguard.simulate.plan import build_plan, labels
 from trainguard.simulate.scenario import Scenario, ScenarioError, load_scenario
 from trainguard.simulate.trace import TraceError, trace_faults
 
@@ -29,7 +29,7 @@ def run_scenario(scenario: Scenario) -> tuple[Iterator[Record], list[dict[str, A
     except ValueError as exc:
         raise ScenarioError(f"{scenario.name}: {exc}") from None
     sim = Simulation(scenario, plan)
-    return sim.events(), labels(plan, scenario.job.name, sim.node_names, Layout.of(scenario.job))
+    return sim.events(), labels(plan, scenario, sim.node_names)
 
 
 __all__ = ["Scenario", "ScenarioError", "TraceError", "load_scenario", "run_scenario"]

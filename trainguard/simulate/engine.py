@@ -62,8 +62,7 @@ class Simulation:
         yield from self._flush(t)
         stops = sorted((f for f in self.plan if _stop_ts(f) is not None), key=lambda f: _stop_ts(f) or 0.0)
         job = self.job
-        next_ckpt = t + job.checkpoint_every_s if job.checkpoint_every_s else math.inf
-        next_eval = t + job.eval_every_s if job.eval_every_s else math.inf
+        next_ckpt, next_eval = self._grid(t, job.checkpoint_every_s), self._grid(t, job.eval_every_s)
         while t < self.end:
             stop = stops[0] if stops else None
             stop_ts = _stop_ts(stop) if stop else math.inf
@@ -80,8 +79,7 @@ class Simulation:
                     self._enter_pause(t, phase)
                 self._segment(t, stop_ts, phase, phase)
                 t = self._handle_stop(stop, phase)
-                next_ckpt = t + job.checkpoint_every_s if job.checkpoint_every_s else math.inf
-                next_eval = t + job.eval_every_s if job.eval_every_s else math.inf
+                next_ckpt, next_eval = self._grid(t, job.checkpoint_every_s), self._grid(t, job.eval_every_s)
             elif phase == "training":
                 self._segment(t, t1, "training", "training")
                 for rec in self.steps.records(t1, self.attempt, self.code_version):
@@ -90,12 +88,20 @@ class Simulation:
             else:
                 self._pause(t, t1, phase)
                 if phase == "checkpointing":
-                    next_ckpt = t1 + job.checkpoint_every_s
+                    next_ckpt = self._grid(t1, job.checkpoint_every_s)
                 else:
-                    next_eval = t1 + job.eval_every_s
+                    next_eval = self._grid(t1, job.eval_every_s)
                 t = t1
             yield from self._flush(min(t, self.end))
         yield from self._flush(self.end)
+
+    def _grid(self, t: float, every: float) -> float:
+        """The next pause time: pauses sit on a fixed grid from the start (as cron-like
+        checkpoint policies do), so scenarios can place a fault inside one."""
+        if not every:
+            return math.inf
+        start = self.sc.start_ts
+        return start + math.floor((t - start) / every + 1.0) * every
 
     def _enter_pause(self, t0: float, phase: str) -> str:
         """Announce a checkpoint or eval pause; return the checkpoint path."""

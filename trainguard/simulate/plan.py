@@ -98,13 +98,16 @@ def resolve(spec: FaultSpec, index: int, scenario: Scenario, rng: random.Random)
     job, lay = scenario.job, Layout.of(scenario.job)
     variant = spec.variant or rng.choice(VARIANTS[spec.kind])
     start = scenario.start_ts + spec.at_s
+    spike_steps = 0
     if spec.kind == "loss_spike":
-        default = job.step_time_s * rng.choice((1.5, 2.5, 3.5))
+        # A spike lasts a few *steps*; the window leaves room for a pause in between.
+        spike_steps = max(1, round((spec.duration_s or 0) / job.step_time_s)) if spec.duration_s else rng.randint(1, 3)
+        default = (spike_steps + 1) * job.step_time_s * 1.5 + max(job.checkpoint_pause_s, job.eval_pause_s)
     else:
         default = DEFAULT_DURATION_S[spec.kind]
     if spec.kind == "network" and variant == "error_burst":
         default = 90.0
-    duration = spec.duration_s or default
+    duration = default if spec.kind == "loss_spike" else spec.duration_s or default
     if spec.kind == "network" and variant == "error_burst":
         duration = max(duration, 3 * scenario.rates.rdma_sample_s)  # must span several samples
     rank = spec.rank if spec.rank is not None else rng.randrange(lay.world)
@@ -124,7 +127,8 @@ def resolve(spec: FaultSpec, index: int, scenario: Scenario, rng: random.Random)
     if spec.kind in ("loss_spike", "user_error"):
         node, rank, gpu = -1, -1, -1  # job-wide: nothing to localise
     fault_id = f"{scenario.name}-{index:03d}-{spec.kind}"
-    return Fault(fault_id, spec.kind, variant, start, start + duration, node, rank, gpu, code, magnitude)
+    return Fault(fault_id, spec.kind, variant, start, start + duration, node, rank, gpu, code, magnitude,
+                 extra={"steps": spike_steps} if spike_steps else {})
 
 
 def build_plan(scenario: Scenario, extra: list[FaultSpec] | None = None, seed_offset: int = 0) -> list[Fault]:
@@ -151,8 +155,21 @@ def build_plan(scenario: Scenario, extra: list[FaultSpec] | None = None, seed_of
     return plan
 
 
-def labels(plan: list[Fault], job: str, node_names: list[str], lay: Layout) -> list[dict[str, Any]]:
-    """The ground truth, in the labels file format."""
+def latency_budget(kind: str, scenario: Scenario) -> float | None:
+    """The detection-latency target for a fault (issue 3, item 9), if it has one.
+
+    One sample or step for hw_fault, nan and sdc (plus a second of slack for
+    delivery), max(60 s, 6 median steps) for a hang, two minutes for a slowdown.
+    """
+    job, rates = scenario.job, scenario.rates
+    budgets = {"hw_fault": rates.gpu_sample_s + 1.0, "nan": job.step_time_s * 1.5 + 1.0,
+               "sdc": job.step_time_s * 1.5 + 1.0, "hang": max(60.0, 6 * job.step_time_s), "slowdown": 120.0}
+    return budgets.get(kind)
+
+
+def labels(plan: list[Fault], scenario: Scenario, node_names: list[str]) -> list[dict[str, Any]]:
+    """The ground truth, in the labels file format (plus a few documented extras)."""
+    job, lay = scenario.job.name, Layout.of(scenario.job)
     out = []
     for f in plan:
         nodes = [] if f.node < 0 else [node_names[f.node]]
@@ -165,5 +182,6 @@ def labels(plan: list[Fault], job: str, node_names: list[str], lay: Layout) -> l
         out.append({"id": f.id, "kind": f.kind, "start": f.start, "end": f.end, "job": job,
                     "nodes": nodes, "ranks": ranks, "variant": f.variant,
                     **({"gpu": f.gpu} if f.kind == "hw_fault" else {}),
-                    **({"magnitude": round(f.magnitude, 4)} if f.magnitude else {})})
+                    **({"magnitude": round(f.magnitude, 4)} if f.magnitude else {}),
+                    "latency_budget_s": latency_budget(f.kind, scenario)})
     return out

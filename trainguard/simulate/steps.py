@@ -42,6 +42,7 @@ class StepModel:
         self.last_checkpoint = 0
         self._compute: list[float] = []
         self._step_time = 0.0
+        self._spiked: dict[str, int] = {}  # loss-spike fault id -> spiked steps so far
         self._coords = [lay.coords(r) for r in range(lay.world)]
         self._nodes = [node_names[lay.node_of(r)] for r in range(lay.world)]
         self._tokens = max(1, self.job.tokens_per_step // lay.world)
@@ -66,7 +67,10 @@ class StepModel:
         job, rng, step = self.job, self.rng, self.step
         active = [f for f in self.faults if f.start <= t_end < f.end]
         nan = next((f for f in active if f.kind == "nan"), None)
-        spike = next((f for f in active if f.kind == "loss_spike"), None)
+        spike = next((f for f in active if f.kind == "loss_spike" and self._spiked.get(f.id, 0) < f.extra["steps"]),
+                     None)
+        if spike is not None:
+            self._spiked[spike.id] = self._spiked.get(spike.id, 0) + 1
         sdc = next((f for f in active if f.kind == "sdc"), None)
         loss = (1.75 + 7.5 * (1.0 + step / 400.0) ** -0.5) * (1.0 + rng.gauss(0.0, 0.01))
         grad = (0.25 + 2.0 * (1.0 + step / 150.0) ** -0.7) * rng.lognormvariate(0.0, 0.08)
