@@ -31,11 +31,12 @@ from schemas.records import (
 )
 
 PAUSE_PHASES = frozenset({"checkpointing", "eval", "init", "idle", "stopped"})
+MEASURED_PAUSES = frozenset({"checkpointing", "eval"})
 
 
 class _Job:
     __slots__ = ("max_step", "attempt", "progress_ts", "intervals", "paused_by", "alive_ts", "fired",
-                 "rank_step", "rank_node", "rank_beat", "stacks")
+                 "rank_step", "rank_node", "rank_beat", "stacks", "pause_ts", "pause_phase", "pauses", "announced")
 
     def __init__(self, ts: float) -> None:
         self.max_step = -1
@@ -49,6 +50,10 @@ class _Job:
         self.rank_node: dict[int, str] = {}
         self.rank_beat: dict[int, float] = {}
         self.stacks: dict[int, tuple[float, tuple[str, ...]]] = {}
+        self.pause_ts = ts
+        self.pause_phase = ""
+        self.pauses = Rolling(16)  # durations of past checkpoint/eval pauses
+        self.announced = False
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(getattr(self, s) for s in self.__slots__)
@@ -83,6 +88,7 @@ class HangDetector(Detector):
         warmup_steps: int = 5,
         alive_s: float = 60.0,
         collapse_bps: float = 1e6,
+        max_pause_s: float = 900.0,
         max_jobs: int = 10_000,
         max_nodes: int = 100_000,
     ) -> None:
@@ -93,6 +99,7 @@ class HangDetector(Detector):
         self.warmup_steps = warmup_steps
         self.alive_s = alive_s
         self.collapse_bps = collapse_bps
+        self.max_pause_s = max_pause_s
         self._jobs: Bounded[str, _Job] = Bounded(max_jobs)
         self._node_job: Bounded[str, str] = Bounded(max_nodes)
         self._rdma: Bounded[str, float] = Bounded(max_nodes)
@@ -113,7 +120,7 @@ class HangDetector(Detector):
             if record.rank not in job.rank_node:
                 job.rank_node[record.rank] = record.node
                 self._node_job[record.node] = record.job
-            self._phase(job, record.phase, record.rank, record.ts)
+            self._phase(job, record.phase, record.rank, record.ts, announced=False)
         elif isinstance(record, NodeGpuSample):
             name = record.job or self._node_job.get(record.node)
             if name and name in self._jobs and record.nvml_ok:
@@ -156,18 +163,39 @@ class HangDetector(Detector):
             if job.max_step >= 0 and job.paused_by is None and rec.ts > job.progress_ts:
                 job.intervals.add(rec.ts - job.progress_ts)
             job.max_step = rec.step
+            if job.paused_by is not None and (job.pause_phase not in MEASURED_PAUSES or rec.ts > job.pause_ts + 1):
+                self._resume(job, rec.ts)
             job.progress_ts = max(job.progress_ts, rec.ts)
             job.fired = False
-            job.paused_by = None
         if rec.ts > job.alive_ts:
             job.alive_ts = rec.ts
 
-    def _phase(self, job: _Job, phase: str, rank: int, ts: float) -> None:
+    def _phase(self, job: _Job, phase: str, rank: int, ts: float, announced: bool = True) -> None:
+        """Heartbeats only end a pause begun by their own rank; announcements end any."""
         if phase in PAUSE_PHASES:
+            if job.paused_by is None or job.pause_phase != phase:
+                job.pause_ts, job.pause_phase = ts, phase
+                job.announced = announced
             job.paused_by = rank
-        elif job.paused_by is not None and (job.paused_by == rank or phase == "training"):
-            job.paused_by = None
-            job.progress_ts = max(job.progress_ts, ts)  # the stall clock restarts after a pause
+        elif job.paused_by is not None and (job.paused_by == rank or announced):
+            self._resume(job, ts)
+
+    def _resume(self, job: _Job, ts: float) -> None:
+        if job.pause_phase in MEASURED_PAUSES and job.announced and not job.fired:
+            job.pauses.add(ts - job.pause_ts)  # heartbeat-started pauses lag; only announced ones are timed
+        job.paused_by = None
+        job.progress_ts = max(job.progress_ts, ts)  # the stall clock restarts after a pause
+
+    def pause_limit(self, job: _Job, ts: float) -> float:
+        """Seconds a checkpoint/eval pause may last before it counts as hung.
+
+        Learned from the job's earlier pauses; shorter when the stacks taken
+        during the pause split into a majority and outliers.
+        """
+        known = len(job.pauses) > 0
+        if outliers({r: sig for r, (t, sig) in job.stacks.items() if t >= job.pause_ts}):
+            return max(self.floor_s, 1.2 * job.pauses.median()) if known else 300.0
+        return max(2 * self.floor_s, 3 * job.pauses.median()) if known else self.max_pause_s
 
     def threshold(self, job: _Job) -> float:
         """Seconds without progress after which this job counts as hung."""
@@ -178,31 +206,37 @@ class HangDetector(Detector):
     def tick(self, ts: float) -> list[Anomaly]:
         out: list[Anomaly] = []
         for name, job in self._jobs.items():
-            if job.fired or job.paused_by is not None or job.max_step < 0:
+            if job.fired or job.max_step < 0 or ts - job.alive_ts > self.alive_s:
                 continue
-            stall = ts - job.progress_ts
-            if stall <= self.threshold(job) or ts - job.alive_ts > self.alive_s:
-                continue
+            if job.paused_by is not None:
+                if job.pause_phase not in MEASURED_PAUSES or ts - job.pause_ts <= self.pause_limit(job, ts):
+                    continue
+                onset = job.pause_ts
+            else:
+                onset = job.progress_ts
+                if ts - onset <= self.threshold(job):
+                    continue
             job.fired = True
-            out.append(self._report(name, job, ts, stall))
+            out.append(self._report(name, job, ts, onset))
         return out
 
-    def _report(self, name: str, job: _Job, ts: float, stall: float) -> Anomaly:
-        ranks, how = self._localise(job, ts)
+    def _report(self, name: str, job: _Job, ts: float, onset: float) -> Anomaly:
+        ranks, how = self._localise(job, ts, onset)
         nodes = sorted({job.rank_node[r] for r in ranks if r in job.rank_node})
         job_nodes = sorted(set(job.rank_node.values()))
         rates = [self._rdma[n] for n in job_nodes if n in self._rdma]
         evidence = {
-            "stalled_s": round(stall, 3), "threshold_s": round(self.threshold(job), 3),
+            "stalled_s": round(ts - onset, 3), "threshold_s": round(self.threshold(job), 3),
+            "during": job.pause_phase if job.paused_by is not None else "training",
             "median_step_s": round(job.intervals.median(), 3), "last_step": job.max_step,
             "localised_by": how, "job_nodes": job_nodes,
             "rdma_collapsed": bool(rates) and max(rates) < self.collapse_bps,
         }
-        return finding(self.instance, "hang", ts=ts, onset=job.progress_ts, job=name, nodes=nodes, ranks=ranks,
+        return finding(self.instance, "hang", ts=ts, onset=onset, job=name, nodes=nodes, ranks=ranks,
                        step=job.max_step + 1, key=job.attempt, evidence=evidence)
 
-    def _localise(self, job: _Job, ts: float) -> tuple[list[int], str]:
-        recent = {r: sig for r, (t, sig) in job.stacks.items() if t >= job.progress_ts}
+    def _localise(self, job: _Job, ts: float, onset: float) -> tuple[list[int], str]:
+        recent = {r: sig for r, (t, sig) in job.stacks.items() if t >= onset}
         odd = outliers(recent)
         if odd:
             return odd, "stacks"

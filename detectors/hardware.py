@@ -67,7 +67,7 @@ class HardwareDetector(Detector):
         instance: str = "hw_fault",
         nvlink_burst: int = 20,
         nvlink_window_s: float = 120.0,
-        cooldown_s: float = 1800.0,
+        cooldown_s: float = 300.0,
         extra_fatal_xids: list[int] | None = None,
         max_gpus: int = 200_000,
     ) -> None:

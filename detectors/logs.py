@@ -79,7 +79,7 @@ class UserErrorDetector(Detector):
 
     consumes = frozenset({"log", "step"})
 
-    def __init__(self, *, instance: str = "user_error", cooldown_s: float = 600.0, max_jobs: int = 10_000) -> None:
+    def __init__(self, *, instance: str = "user_error", cooldown_s: float = 120.0, max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)
         self.cooldown_s = cooldown_s
         self._fired: Bounded[str, float] = Bounded(max_jobs)

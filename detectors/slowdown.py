@@ -30,7 +30,8 @@ from schemas.records import Anomaly, NodeGpuSample, Record, TrainingStep
 
 
 class _Series:
-    __slots__ = ("leader", "attempt", "last_step", "last_ts", "recent", "base", "hits", "episode", "rising")
+    __slots__ = ("leader", "attempt", "last_step", "last_ts", "recent", "base", "hits", "episode", "rising",
+                 "reported")
 
     def __init__(self, leader: int, attempt: int, baseline_n: int) -> None:
         self.leader = leader
@@ -42,6 +43,7 @@ class _Series:
         self.hits = 0
         self.episode: float | None = None  # event time the open episode began
         self.rising: float | None = None  # event time the current run of hits began
+        self.reported = True  # whether the open episode was reported yet
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(getattr(self, s) for s in self.__slots__)
@@ -57,7 +59,7 @@ class SlowdownDetector(Detector):
     >>> from schemas.records import TrainingStep
     >>> d = SlowdownDetector(min_baseline=10)
     >>> out = []
-    >>> for s in range(80):
+    >>> for s in range(120):
     ...     t = 1.0 if s < 50 else 1.3
     ...     rec = TrainingStep(ts=float(s), job="j", rank=0, node="n0", step=s, loss=1.0, step_time_s=t)
     ...     out += d.observe(rec)
@@ -78,6 +80,7 @@ class SlowdownDetector(Detector):
         baseline_n: int = 120,
         min_baseline: int = 30,
         accept_s: float = 3600.0,
+        localise_wait_s: float = 45.0,
         straggler_z: float = 4.0,
         max_jobs: int = 10_000,
     ) -> None:
@@ -89,6 +92,7 @@ class SlowdownDetector(Detector):
         self.baseline_n = baseline_n
         self.min_baseline = min_baseline
         self.accept_s = accept_s
+        self.localise_wait_s = localise_wait_s
         self.straggler_z = straggler_z
         self._series: Bounded[str, _Series] = Bounded(max_jobs)
         self._peers = StragglerTracker(z=straggler_z, max_jobs=max_jobs)
@@ -138,8 +142,17 @@ class SlowdownDetector(Detector):
             s.rising = s.recent[-n][0] if n <= len(s.recent) else rec.ts
         if s.hits < self.confirm:
             return []
-        s.episode = rec.ts
-        return [self._report(rec, s.rising, recent, base)]
+        s.episode, s.reported = rec.ts, False
+        return self._maybe_report(s, rec, recent, base)
+
+    def _maybe_report(self, s: _Series, rec: TrainingStep, recent: float, base: float) -> list[Anomaly]:
+        """Report once the stragglers are known, or `localise_wait_s` after detection at the latest."""
+        assert s.episode is not None and s.rising is not None
+        ranks, nodes, how = self._peers.suspects(rec.job)
+        if not nodes and rec.ts - s.episode < self.localise_wait_s:
+            return []
+        s.reported = True
+        return [self._report(rec, s.rising, recent, base, (ranks, nodes, how))]
 
     def _window(self, s: _Series) -> int:
         """How many recent steps to take the median of: ~recent_s of time, 3..15."""
@@ -149,6 +162,8 @@ class SlowdownDetector(Detector):
 
     def _in_episode(self, s: _Series, rec: TrainingStep, recent: float, base: float) -> list[Anomaly]:
         assert s.episode is not None
+        if not s.reported:
+            return self._maybe_report(s, rec, recent, base)
         if recent < base * (1 + self.min_rel / 2):
             s.episode, s.hits, s.rising = None, 0, None
         elif rec.ts - s.episode > self.accept_s:  # the new speed is the new normal
@@ -158,8 +173,9 @@ class SlowdownDetector(Detector):
             s.episode, s.hits, s.rising = None, 0, None
         return []
 
-    def _report(self, rec: TrainingStep, onset: float, recent: float, base: float) -> Anomaly:
-        ranks, nodes, how = self._peers.suspects(rec.job)
+    def _report(self, rec: TrainingStep, onset: float, recent: float, base: float,
+                found: tuple[list[int], list[str], str]) -> Anomaly:
+        ranks, nodes, how = found
         if not nodes:
             nodes = self._gpu.slow_nodes(self._peers.nodes(rec.job), rec.ts)
             how = "gpu_signals" if nodes else "none"
