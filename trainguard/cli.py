@@ -26,6 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "record",
     "replay",
     "backtest",
+    "ettr-sim",
 )
 
 

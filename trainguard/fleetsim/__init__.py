@@ -1,0 +1,29 @@
+"""Fleet-scale ETTR simulation: a big job's months of incidents, two recovery policies.
+
+`simulate(history, params, seed=...)` resamples incident arrivals from a real
+fault trace (`arrivals`), prices each incident under trainguard and under a
+baseline (`costs`), and accounts ETTR with the breakdown of unproductive
+time (`engine`); `report` prints or serialises the outcome. Pure: no I/O
+here beyond what the caller passes in. `trainguard ettr-sim` is the CLI.
+"""
+
+from trainguard.fleetsim.arrivals import Arrival, TraceHistory, draw_arrivals
+from trainguard.fleetsim.costs import Loss, baseline_loss, trainguard_loss
+from trainguard.fleetsim.engine import PolicyResult, SimResult, simulate
+from trainguard.fleetsim.params import JobParams, ParamError, SimParams, with_measured_latencies
+
+__all__ = [
+    "Arrival",
+    "JobParams",
+    "Loss",
+    "ParamError",
+    "PolicyResult",
+    "SimParams",
+    "SimResult",
+    "TraceHistory",
+    "baseline_loss",
+    "draw_arrivals",
+    "simulate",
+    "trainguard_loss",
+    "with_measured_latencies",
+]
