@@ -175,8 +175,8 @@ def labels(plan: list[Fault], scenario: Scenario, node_names: list[str]) -> list
         nodes = [] if f.node < 0 else [node_names[f.node]]
         if f.kind == "slowdown":
             ranks = lay.ranks_on(f.node)
-        elif f.kind == "network":
-            ranks = []  # a link serves the whole node; no single rank is at fault
+        elif f.kind in ("network", "hw_fault"):
+            ranks = []  # a NIC or GPU is evicted with its node; `gpu` names the device
         else:
             ranks = [] if f.rank < 0 else [f.rank]
         out.append({"id": f.id, "kind": f.kind, "start": f.start, "end": f.end, "job": job,
