@@ -139,12 +139,17 @@ def replay(path: Path | str, *, servers: str, topics: Topics, speed: float | Non
 
     `speed` None means as fast as possible; otherwise event-time gaps are
     replayed `speed` times faster than they happened. One in-flight request
-    per connection keeps retries from reordering a key's messages.
+    per connection keeps retries from reordering a key's messages. Without
+    `on_error`, the whole file is validated first, so a bad line stops the
+    replay before anything is sent rather than halfway through.
     """
     from kafka import KafkaProducer
 
     codec = Codec()
     stats = ReplayStats()
+    if on_error is None:
+        for _ in read_recording(path):
+            pass
 
     def skip(err: RecordingError) -> None:
         stats.skipped += 1

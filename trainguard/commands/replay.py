@@ -52,7 +52,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         stats = replay(args.recording, servers=settings.broker.servers, topics=topics, speed=args.speed,
                        on_error=report if args.skip_bad else None)
     except RecordingError as exc:
-        print(f"trainguard replay: {exc} (nothing after it was sent; --skip-bad skips such lines)", file=sys.stderr)
+        print(f"trainguard replay: {exc} (nothing was sent; --skip-bad skips such lines)", file=sys.stderr)
         return 1
     print(f"replayed {stats.sent} events from {args.recording}"
           + (f"; skipped {stats.skipped} bad lines" if stats.skipped else ""))
