@@ -42,6 +42,9 @@ unit: install
 bench: install broker-start
 	$(PY) -m benchmarks
 
+eval: install
+	$(TG) backtest-eval scenarios/evaluation --report out/eval
+
 clean:
 	-$(TG) broker stop
 	rm -rf .trainguard build *.egg-info $(VENV)
