@@ -63,7 +63,7 @@ def build_loop(args: argparse.Namespace, settings: Settings) -> tuple[Any, Any]:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(logging.WARNING)  # its INFO chatter drowns the collectors' lines
+    logging.getLogger("kafka").setLevel(logging.WARNING if args.verbose else logging.CRITICAL)  # chatty
     loop, publisher = build_loop(args, settings)
     if settings.metrics.enabled and settings.metrics.port:
         from prometheus_client import start_http_server

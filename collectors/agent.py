@@ -1,0 +1,266 @@
+"""The on-node agent (ByteRobust's in-pod agent): supervise training, obey signed commands.
+
+`trainguard run -- CMD` builds one `Agent`. It starts CMD, tees its output
+and turns interesting lines into `LogEvent`s, publishes its exit code, and
+carries out the process-level `ActionCommand`s addressed to its job (and
+node, when the command names nodes):
+
+* `restart_from_checkpoint` {step, path}: stop, restart with
+  TRAINGUARD_RESUME_STEP/PATH set and TRAINGUARD_ATTEMPT incremented.
+* `hot_update` / `rollback_code` {code_version}: restart in place with
+  TRAINGUARD_CODE_VERSION set (no rescheduling), resume params if given.
+* `dump_stacks` {repeat, interval_s}: publish `StackSample`s of every
+  training process (periodically when repeat > 1, e.g. during a hang).
+* `stop`: stop the training process.
+* `self_check`, `replay_regroup`: run the self-check command with the
+  command's JSON; its stdout (a JSON object) becomes the result's details.
+
+A command whose HMAC does not verify is refused ("rejected" result plus an
+audit entry) and its id is *not* remembered, so a forger cannot burn the id
+of a real command. Accepted ids are remembered in the state file before
+execution: a redelivered or replayed command is answered "skipped".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+from collectors.agent_state import AgentState, StateFile
+from collectors.logs import LogParser
+from collectors.stacks import StackSampler
+from collectors.supervisor import ProcessSupervisor, env_of
+from schemas.records import ActionCommand, ActionResult, AuditEntry, Record, StackSample
+from schemas.signing import verify
+
+log = logging.getLogger(__name__)
+
+AGENT_ACTIONS = frozenset({"restart_from_checkpoint", "hot_update", "rollback_code", "dump_stacks", "stop",
+                           "self_check", "replay_regroup"})
+STALE_SLACK_S = 30.0  # clock skew allowed between the decision engine and this node
+
+
+class Sink(Protocol):
+    """Where records go (the `Publisher`)."""
+
+    def publish(self, record: Record) -> None: ...
+
+
+class CommandFeed(Protocol):
+    """Where commands come from (`collectors.command_feed.KafkaCommandFeed`)."""
+
+    def poll(self, timeout_s: float) -> list[ActionCommand]: ...
+
+    def commit(self) -> None: ...
+
+
+class Agent:
+    """Supervises one training command and executes the commands addressed to it."""
+
+    def __init__(self, *, job: str, node: str, argv: Sequence[str], sink: Sink, hmac_key: bytes, state_dir: Path,
+                 grace_s: float = 30.0, selfcheck_command: Sequence[str] = ("trainguard", "selfcheck"),
+                 selfcheck_timeout_s: float = 600.0, stack_timeout_s: float = 5.0,
+                 tee: Callable[[str], None] = print, clock: Callable[[], float] = time.time,
+                 env: dict[str, str] | None = None) -> None:
+        self.job, self.node = job, node
+        self.sink = sink
+        self.grace_s = grace_s
+        self.selfcheck_command = list(selfcheck_command)
+        self.selfcheck_timeout_s = selfcheck_timeout_s
+        self._key = hmac_key
+        self._clock = clock
+        self._tee = tee
+        self._state_file = StateFile(state_dir / f"{job}-{node}.json")
+        self.state: AgentState = self._state_file.load(now=clock(), env=env)
+        self._state_file.save(self.state)
+        self.stack_dir = state_dir / "stacks"
+        self._stacks = StackSampler(stack_dir=self.stack_dir, timeout_s=stack_timeout_s)
+        self._parser = LogParser(node=node, source="training", job=job)
+        self._parser_lock = threading.Lock()
+        self.proc = ProcessSupervisor(argv=argv, on_line=self._on_line)
+        self.exit_code: int | None = None
+        self.stopped_by_command = False
+
+    # ------------------------------------------------------------ process
+
+    def start(self) -> int:
+        """Start (or restart) the training command with the current state's environment."""
+        self.exit_code = None
+        self.stopped_by_command = False
+        env = {**self.state.child_env(), "TRAINGUARD_STACK_DIR": str(self.stack_dir)}
+        pid = self.proc.start(env)
+        log.info("started %s (pid %d, attempt %d)", " ".join(self.proc.argv), pid, self.state.attempt)
+        return pid
+
+    def check_exit(self) -> int | None:
+        """The exit code once the child has exited; publishes it once as a LogEvent."""
+        if self.exit_code is not None:
+            return self.exit_code
+        code = self.proc.poll()
+        if code is not None:
+            self.exit_code = code
+            self.sink.publish(self._parser.exit_event(code, self._clock()))
+        return code
+
+    def _on_line(self, line: str, stream: str) -> None:
+        self._tee(line)
+        with self._parser_lock:  # stdout and stderr pumps share the traceback state
+            events = self._parser.feed(line, self._clock())
+        for event in events:
+            self.sink.publish(event)
+
+    def serve(self, feed: CommandFeed, *, linger_s: float, stop: threading.Event) -> int:
+        """Start the child and obey commands until it is done; returns the agent's exit code.
+
+        A child that exits 0 ends the agent at once (training finished). After a
+        failure or a `stop` command the agent lingers `linger_s` for a restart
+        command, then exits with the child's code (0 after a commanded stop).
+        """
+        self.start()
+        linger_until: float | None = None
+        while not stop.is_set():
+            for cmd in feed.poll(0.5):
+                self.handle(cmd)
+            feed.commit()
+            code = self.check_exit()
+            if code is None:
+                linger_until = None
+                continue
+            if code == 0 and not self.stopped_by_command:
+                return 0
+            linger_until = linger_until or time.monotonic() + linger_s
+            if time.monotonic() >= linger_until:
+                return 0 if self.stopped_by_command else (code if code > 0 else 128 - code)
+        self.proc.stop(grace_s=self.grace_s)
+        self.check_exit()
+        return 143
+
+    # ----------------------------------------------------------- commands
+
+    def addressed(self, cmd: ActionCommand) -> bool:
+        """Is this a process-level command for this job (and node, if it names nodes)?"""
+        return (cmd.action in AGENT_ACTIONS and cmd.job == self.job
+                and (not cmd.nodes or self.node in cmd.nodes))
+
+    def handle(self, cmd: ActionCommand) -> ActionResult | None:
+        """Verify, de-duplicate and execute one command; None if it is not for this agent."""
+        if not self.addressed(cmd):
+            return None
+        if not verify(cmd, self._key):
+            self._audit("command_rejected", cmd, {"reason": "bad or missing signature"})
+            return self._result(cmd, "rejected", "signature does not verify with this agent's key")
+        if cmd.ts < self.state.first_started - STALE_SLACK_S:
+            log.info("ignoring command %s issued before this agent first started", cmd.id)
+            return None
+        if cmd.id in self.state.executed:
+            return self._result(cmd, "skipped", f"already executed (status {self.state.executed[cmd.id]})")
+        self.state.executed[cmd.id] = "started"
+        self._state_file.save(self.state)
+        try:
+            status, message, details = self._execute(cmd)
+        except Exception as exc:  # a failing action is reported, never crashes the agent
+            status, message, details = "failed", f"{type(exc).__name__}: {exc}", {}
+        self.state.executed[cmd.id] = status
+        self._state_file.save(self.state)
+        self._audit("command_executed", cmd, {"status": status, "message": message})
+        return self._result(cmd, status, message, details)
+
+    def _execute(self, cmd: ActionCommand) -> tuple[str, str, dict[str, Any]]:
+        p = cmd.params
+        if cmd.action == "restart_from_checkpoint":
+            return self._restart(step=p.get("step"), path=p.get("path"))
+        if cmd.action in ("hot_update", "rollback_code"):
+            version = p.get("code_version")
+            if not isinstance(version, str) or not version:
+                return "failed", "params.code_version is required (a non-empty string)", {}
+            self.state.code_version = version
+            return self._restart(step=p.get("step"), path=p.get("path"))
+        if cmd.action == "dump_stacks":
+            return self._dump_stacks(repeat=int(p.get("repeat", 1)), interval_s=float(p.get("interval_s", 10.0)),
+                                     reason=str(p.get("reason", f"dump_stacks {cmd.id}")))
+        if cmd.action == "stop":
+            code = self.proc.stop(grace_s=self.grace_s)
+            self.stopped_by_command = True
+            self.check_exit()
+            return "ok", f"training process stopped (exit code {code})", {"exit_code": code}
+        return self._selfcheck(cmd)
+
+    def _restart(self, *, step: Any, path: Any) -> tuple[str, str, dict[str, Any]]:
+        if step is not None and not isinstance(step, int):
+            return "failed", f"params.step must be an integer or null (got {step!r})", {}
+        old = self.proc.stop(grace_s=self.grace_s)
+        self.check_exit()
+        self.state.attempt += 1
+        self.state.resume_step = step
+        self.state.resume_path = str(path) if path else None
+        self._state_file.save(self.state)
+        pid = self.start()
+        details = {"pid": pid, "previous_exit_code": old, **self.state.child_env()}
+        return "ok", f"restarted as attempt {self.state.attempt}", details
+
+    def _dump_stacks(self, *, repeat: int, interval_s: float, reason: str) -> tuple[str, str, dict[str, Any]]:
+        samples = self.sample_stacks(reason)
+        if repeat > 1:
+            threading.Thread(target=self._repeat_stacks, args=(repeat - 1, interval_s, reason), daemon=True).start()
+        if not samples:
+            return "failed", "no stacks captured (no py-spy, and no process with the hook's SIGUSR1 handler)", {}
+        return "ok", f"published {len(samples)} stack samples", {"pids": sorted({s.pid for s in samples})}
+
+    def _repeat_stacks(self, times: int, interval_s: float, reason: str) -> None:
+        for i in range(times):
+            time.sleep(interval_s)
+            if self.proc.pid is None:
+                return
+            self.sample_stacks(f"{reason} (periodic {i + 2})")
+
+    def sample_stacks(self, reason: str) -> list[StackSample]:
+        """One `StackSample` per thread of every training process; published and returned."""
+        out: list[StackSample] = []
+        for pid in self.proc.process_tree():
+            rank = env_of(pid, "RANK")
+            for stack in self._stacks.sample(pid):
+                sample = StackSample(ts=self._clock(), job=self.job, node=self.node, pid=pid, frames=stack.frames,
+                                     rank=int(rank) if rank and rank.isdigit() else 0,
+                                     reason=f"{reason}; thread {stack.thread}")
+                self.sink.publish(sample)
+                out.append(sample)
+        return out
+
+    def _selfcheck(self, cmd: ActionCommand) -> tuple[str, str, dict[str, Any]]:
+        argv = [*self.selfcheck_command, "--command-json", msgspec.json.encode(cmd).decode()]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.selfcheck_timeout_s)
+        except FileNotFoundError:
+            return "failed", f"self-check command not found: {argv[0]}", {}
+        except subprocess.TimeoutExpired:
+            return "failed", f"self-check timed out after {self.selfcheck_timeout_s}s", {}
+        try:
+            details = json.loads(done.stdout)
+            if not isinstance(details, dict):
+                details = {"output": details}
+        except ValueError:
+            details = {"stdout": done.stdout[-4000:]}
+        if done.returncode != 0:
+            details.setdefault("stderr", done.stderr[-4000:])
+            return "failed", f"self-check exited with code {done.returncode}", details
+        return "ok", "self-check passed", details
+
+    def _result(self, cmd: ActionCommand, status: str, message: str,
+                details: dict[str, Any] | None = None) -> ActionResult:
+        result = ActionResult(ts=self._clock(), command_id=cmd.id, action=cmd.action,
+                              status=status, message=message,  # type: ignore[arg-type]
+                              job=self.job, node=self.node, details=details or {})
+        self.sink.publish(result)
+        return result
+
+    def _audit(self, event: str, cmd: ActionCommand, detail: dict[str, Any]) -> None:
+        self.sink.publish(AuditEntry(ts=self._clock(), event=event, subject_id=cmd.id, actor=f"agent:{self.node}",
+                                     detail={"action": cmd.action, "job": cmd.job, "nodes": cmd.nodes, **detail}))

@@ -1,0 +1,73 @@
+"""The agent's Kafka edge for commands: `ActionCommand`s from the `<prefix>actions` topic.
+
+Each agent reads with its own consumer group (`trainguard-agent-<job>-<node>`),
+so every agent sees every command of its job (a shared group would hand a
+command to only one of them) and resumes from its committed offset after a
+restart. A payload that does not decode is logged and skipped: it stays in
+the topic, where the worker's dead-letter handling sees it too.
+
+The consumer is created lazily and re-created after a failure: training
+must start and keep running even while the broker is unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from kafka import KafkaConsumer
+from kafka.errors import KafkaError
+
+from schemas.codec import Codec, DecodeError
+from schemas.records import ActionCommand
+
+log = logging.getLogger(__name__)
+
+
+class KafkaCommandFeed:
+    """Polls action commands; offsets are committed only after the agent handled them."""
+
+    def __init__(self, *, servers: str, topic: str, group_id: str) -> None:
+        self._config = dict(bootstrap_servers=servers, group_id=group_id, enable_auto_commit=False,
+                            auto_offset_reset="earliest", client_id=group_id)
+        self.topic = topic
+        self._consumer: KafkaConsumer | None = None
+        self._codec = Codec()
+        self._dirty = False
+
+    def poll(self, timeout_s: float) -> list[ActionCommand]:
+        """Commands that arrived (possibly none) within `timeout_s`."""
+        try:
+            if self._consumer is None:
+                self._consumer = KafkaConsumer(self.topic, **self._config)
+            batches = self._consumer.poll(timeout_ms=int(timeout_s * 1000))
+        except KafkaError as exc:
+            log.warning("command feed: broker unreachable (%s); retrying", exc)
+            self.close()
+            time.sleep(timeout_s)
+            return []
+        out: list[ActionCommand] = []
+        for batch in batches.values():
+            for message in batch:
+                self._dirty = True
+                try:
+                    out.append(self._codec.decode(message.value, expect=ActionCommand))
+                except DecodeError as exc:
+                    log.warning("skipping undecodable command at %s[%d]@%d: %s", message.topic,
+                                message.partition, message.offset, exc)
+        return out
+
+    def commit(self) -> None:
+        """Commit what was polled (after it was handled)."""
+        if self._dirty and self._consumer is not None:
+            try:
+                self._consumer.commit()
+            except KafkaError as exc:  # redelivery is harmless: the agent de-duplicates by id
+                log.warning("command feed: commit failed (%s)", exc)
+            self._dirty = False
+
+    def close(self) -> None:
+        """Leave the group."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

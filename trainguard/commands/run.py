@@ -1,0 +1,82 @@
+"""`trainguard run -- CMD ...`: the on-node agent supervising a training command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from trainguard.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("run", help="supervise a training command on this node (the on-node agent)",
+                       description="Start CMD, tee and parse its output into log events, publish its exit code, "
+                       "and carry out signed process-level commands for this job/node from the actions topic "
+                       "(restart_from_checkpoint, hot_update, rollback_code, dump_stacks, stop, self_check, "
+                       "replay_regroup), publishing an action result for each. Executed command ids are kept "
+                       "in collectors.agent.state_dir, so a replayed command never runs twice.",
+                       usage="trainguard run [--job JOB] [--node NODE] -- CMD [ARG ...]")
+    p.add_argument("--job", default=os.environ.get("TRAINGUARD_JOB", ""),
+                   help="job name (default: $TRAINGUARD_JOB)")
+    p.add_argument("--node", help="node name (default: collectors.node, else NODE_NAME, else the hostname)")
+    p.add_argument("--linger", type=float, help="seconds to wait for a restart command after the training "
+                   "process failed or was stopped (default: collectors.agent.linger_s)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log the agent's own actions")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="CMD", help="the training command, after --")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from collectors.agent import Agent
+    from collectors.command_feed import KafkaCommandFeed
+    from collectors.publisher import Publisher
+    from collectors.topology import node_name
+    from schemas.topics import Topics
+
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not args.job or not argv:
+        print("trainguard run: need --job (or $TRAINGUARD_JOB) and a command after --", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING if args.verbose else logging.CRITICAL)
+    cs, agent_cfg = settings.collectors, settings.collectors.agent
+    node = args.node or cs.node or node_name()
+    topics = Topics(settings.topics.prefix)
+    _ensure_topics(settings, topics.all())
+    publisher = Publisher(servers=settings.broker.servers, topics=topics,
+                          spool_dir=cs.spool_dir / f"agent-{args.job}-{node}",
+                          spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024), client_id=f"trainguard-agent-{node}")
+    feed = KafkaCommandFeed(servers=settings.broker.servers, topic=topics.name("actions"),
+                            group_id=f"trainguard-agent-{args.job}-{node}")
+    agent = Agent(job=args.job, node=node, argv=argv, sink=publisher,
+                  hmac_key=settings.actions.hmac_key.get_secret_value().encode(),
+                  state_dir=agent_cfg.state_dir, grace_s=agent_cfg.grace_s,
+                  selfcheck_command=agent_cfg.selfcheck_command, selfcheck_timeout_s=agent_cfg.selfcheck_timeout_s,
+                  stack_timeout_s=agent_cfg.stack_timeout_s, tee=lambda line: print(line, flush=True),
+                  env=dict(os.environ))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        return agent.serve(feed, linger_s=args.linger if args.linger is not None else agent_cfg.linger_s, stop=stop)
+    finally:
+        feed.close()
+        publisher.close(timeout_s=10)
+
+
+def _ensure_topics(settings: Settings, names: list[str]) -> None:
+    """Create the topics if the broker is up; the agent must run the job even when it is not."""
+    from kafka.errors import KafkaError
+
+    from streams.admin import ensure_topics
+
+    try:
+        ensure_topics(settings.broker.servers, names, partitions=settings.topics.partitions,
+                      replication=settings.topics.replication)
+    except KafkaError as exc:
+        logging.getLogger(__name__).warning("could not create topics (%s); continuing", exc)
