@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import msgspec
 
-from schemas.codec import AnyRecord, Codec, DecodeError
+from schemas.codec import RECORD_TYPES, AnyRecord, Codec, DecodeError, record_tag
 from schemas.records import SCHEMA_VERSION, Record
 from schemas.topics import INPUT_TOPICS, TOPIC_OF_TAG, Topics, key_for, tag_of
 
@@ -48,6 +48,7 @@ class RecordingError(ValueError):
 
 
 _DECODER = msgspec.json.Decoder(Event)
+_TOPIC_OF_TYPE: dict[type, str] = {cls: TOPIC_OF_TAG[record_tag(cls)] for cls in RECORD_TYPES}
 
 
 def parse_line(line: bytes | str, path: str = "<recording>", lineno: int = 0) -> Event:
@@ -67,7 +68,7 @@ def parse_line(line: bytes | str, path: str = "<recording>", lineno: int = 0) ->
     value = event.value
     if value.schema_version != SCHEMA_VERSION:
         raise RecordingError(path, lineno, f"unsupported schema_version {value.schema_version}")
-    if TOPIC_OF_TAG[tag_of(value)] != event.topic:
+    if _TOPIC_OF_TYPE[type(value)] != event.topic:
         raise RecordingError(path, lineno, f"a {tag_of(value)!r} record does not belong on topic {event.topic!r}")
     return event
 
@@ -77,25 +78,36 @@ def read_recording(path: Path | str, *, on_error: Callable[[RecordingError], Non
     """Yield the events of a recording in file order.
 
     A bad line raises `RecordingError`, unless `on_error` is given: then it is
-    handed the error and reading goes on. `progress` gets bytes read so far.
+    handed the error and reading goes on. Blank lines are ignored.
+    `progress` gets the bytes read so far, every few thousand lines.
+
+    The happy path is inlined (one msgspec call and two cheap checks per
+    line); only a line that fails them goes through `parse_line` to build the
+    error, so reading never dominates a backtest.
     """
     name = str(path)
-    done = 0
+    decode, topic_of, version = _DECODER.decode, _TOPIC_OF_TYPE, SCHEMA_VERSION
     with open(path, "rb") as f:
         for lineno, line in enumerate(f, 1):
-            done += len(line)
-            if progress is not None and lineno % 4096 == 0:
-                progress(done)
-            if not line.strip():
-                continue
+            if progress is not None and not lineno & 0xFFF:
+                progress(f.tell())
             try:
-                yield parse_line(line, name, lineno)
+                event = decode(line)
+                value = event.value
+                if value.schema_version == version and topic_of[type(value)] == event.topic:
+                    yield event
+                    continue
+            except msgspec.MsgspecError:
+                if not line.strip():
+                    continue
+            try:
+                parse_line(line, name, lineno)
             except RecordingError as err:
                 if on_error is None:
                     raise
                 on_error(err)
-    if progress is not None:
-        progress(done)
+        if progress is not None:
+            progress(f.tell())
 
 
 class RecordingWriter:
