@@ -14,8 +14,9 @@ infrastructure error by evicting. `classify()` reads one log line:
   code 2 (a command-line usage error).
 * anything else is *unknown* and never reported.
 
-An OOM's evidence says whether the job's `code_version` changed (from
-its step records) — an OOM right after a code change is the classic case.
+An OOM's evidence says whether the job's `code_version` changed (as its
+checkpoint announcements report it; step records are not read, to keep the
+per-step cost down) — an OOM right after a code change is the classic case.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from detectors.base import Detector
 from detectors.common import Bounded, finding
-from schemas.records import Anomaly, LogEvent, Record, TrainingStep
+from schemas.records import Anomaly, CheckpointEvent, LogEvent, Record
 
 INFRA = re.compile(
     r"NCCL|ProcessGroupNCCL|c10d|Watchdog caught collective|collective operation timeout|uncorrectable ECC|"
@@ -77,7 +78,7 @@ class UserErrorDetector(Detector):
     [('user_error', 'ImportError')]
     """
 
-    consumes = frozenset({"log", "step"})
+    consumes = frozenset({"log", "checkpoint"})
 
     def __init__(self, *, instance: str = "user_error", cooldown_s: float = 120.0, max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)
@@ -86,7 +87,7 @@ class UserErrorDetector(Detector):
         self._code: Bounded[str, tuple[str, float, bool]] = Bounded(max_jobs)  # job -> (version, since, changed)
 
     def observe(self, record: Record) -> list[Anomaly]:
-        if isinstance(record, TrainingStep):
+        if isinstance(record, CheckpointEvent):
             if record.code_version:
                 seen = self._code.get(record.job)
                 if seen is None or seen[0] != record.code_version:

@@ -12,30 +12,31 @@ Non-finite values belong to the NaN detector and are ignored here.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from detectors.base import Detector
-from detectors.common import Bounded, Rolling, finding
-from schemas.records import Anomaly, Record, TrainingStep, as_float
+from detectors.common import Bounded, Rolling, finding, finite
+from schemas.records import Anomaly, Record, TrainingStep
 
 FIELDS = ("loss", "grad_norm")
+INF = float("inf")
 
 
 class _Job:
-    __slots__ = ("leader", "attempt", "base", "open")
+    __slots__ = ("leader", "attempt", "base", "open", "limits")
 
     def __init__(self, leader: int, attempt: int, size: int) -> None:
         self.leader = leader
         self.attempt = attempt
         self.base = {f: Rolling(size) for f in FIELDS}
         self.open = False
+        self.limits = (INF, INF)  # (loss, grad_norm) values at or above which a value is a spike
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return self.leader, self.attempt, self.base, self.open
+        return self.leader, self.attempt, self.base, self.open, self.limits
 
     def __setstate__(self, s: tuple[Any, ...]) -> None:
-        self.leader, self.attempt, self.base, self.open = s
+        self.leader, self.attempt, self.base, self.open, self.limits = s
 
 
 class LossSpikeDetector(Detector):
@@ -75,19 +76,16 @@ class LossSpikeDetector(Detector):
             self._jobs[record.job] = job = _Job(record.rank, record.attempt, self.window)
         if record.attempt != job.attempt:
             return []
+        loss, grad = record.loss, record.grad_norm
+        lim_loss, lim_grad = job.limits
         leader = record.rank == job.leader
         spike: tuple[str, float, float] | None = None
-        for name in FIELDS:
-            value = as_float(getattr(record, name))
-            if value is None or not math.isfinite(value):
-                continue
-            base = job.base[name]
-            ready = len(base) >= self.min_baseline
-            med = base.median() if ready else 0.0
-            if ready and med > 0 and value >= self.ratio * med:
-                spike = spike or (name, value, med)
-            elif leader and not job.open:
-                base.add(value)
+        if finite(loss) and loss >= lim_loss:  # type: ignore[operator]
+            spike = ("loss", float(loss), lim_loss / self.ratio)  # type: ignore[arg-type]
+        elif grad is not None and finite(grad) and grad >= lim_grad:  # type: ignore[operator]
+            spike = ("grad_norm", float(grad), lim_grad / self.ratio)  # type: ignore[arg-type]
+        elif leader and not job.open:
+            self._learn(job, loss, grad)
         if spike is None:
             if leader:
                 job.open = False
@@ -100,6 +98,17 @@ class LossSpikeDetector(Detector):
                         nodes=[record.node], ranks=[record.rank], step=record.step, key=(record.attempt, record.step),
                         evidence={"field": name, "value": value, "baseline": med, "ratio": round(value / med, 3),
                                   "rank": record.rank, "step": record.step})]
+
+    def _learn(self, job: _Job, loss: object, grad: object) -> None:
+        """Add the leader's finite values to the baselines and refresh the limits."""
+        limits = list(job.limits)
+        for i, (name, value) in enumerate((("loss", loss), ("grad_norm", grad))):
+            if finite(value):
+                base = job.base[name]
+                base.add(float(value))  # type: ignore[arg-type]
+                med = base.median()
+                limits[i] = self.ratio * med if len(base) >= self.min_baseline and med > 0 else INF
+        job.limits = (limits[0], limits[1])
 
     def state_size(self) -> int:
         return sum(len(b) for j in self._jobs.values() for b in j.base.values()) + len(self._jobs)

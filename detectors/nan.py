@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from detectors.base import Detector, anomaly_id
+from detectors.common import finite
 from schemas.records import Anomaly, Record, TrainingStep, as_float
 
 
@@ -14,7 +15,9 @@ class NanDetector(Detector):
     Every rank of a data-parallel job usually reports the same NaN at the same
     step; they are one fault. The detector fires once per (job, step) with the
     earliest rank that reported it, and stays quiet for later steps of the
-    same episode until a finite step is seen again.
+    same episode until a finite step is seen again (or the job restarts:
+    a new `attempt` opens a new episode, so a NaN recurring after a restart
+    is reported again).
 
     >>> from schemas.records import TrainingStep
     >>> d = NanDetector()
@@ -28,20 +31,22 @@ class NanDetector(Detector):
 
     def __init__(self, *, instance: str = "nan") -> None:
         super().__init__(instance=instance)
-        self._open: dict[str, int] = {}  # job -> step of the open NaN episode
+        self._open: dict[str, tuple[int, int]] = {}  # job -> (attempt, step) of the open NaN episode
 
     def observe(self, record: Record) -> list[Anomaly]:
         if not isinstance(record, TrainingStep):
             return []
+        loss, grad = record.loss, record.grad_norm
+        if loss.__class__ is float and loss - loss == 0.0 and (grad is None or finite(grad)):  # type: ignore
+            # the fast path: nothing to see
+            return self._healthy(record)
         bad = _nonfinite_fields(record)
-        episode = self._open.get(record.job)
         if not bad:
-            if episode is not None and record.step > episode:
-                del self._open[record.job]
+            return self._healthy(record)
+        episode = self._open.get(record.job)
+        if episode is not None and episode[0] >= record.attempt:
             return []
-        if episode is not None:
-            return []
-        self._open[record.job] = record.step
+        self._open[record.job] = (record.attempt, record.step)
         return [
             Anomaly(
                 ts=record.ts,
@@ -56,6 +61,13 @@ class NanDetector(Detector):
                 evidence={"fields": bad, "step": record.step, "rank": record.rank, "attempt": record.attempt},
             )
         ]
+
+    def _healthy(self, record: TrainingStep) -> list[Anomaly]:
+        """A finite step closes the job's episode once past the bad step (or on a restart)."""
+        episode = self._open.get(record.job)
+        if episode is not None and (record.attempt != episode[0] or record.step > episode[1]):
+            del self._open[record.job]
+        return []
 
     def state_size(self) -> int:
         return len(self._open)

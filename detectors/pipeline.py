@@ -10,7 +10,7 @@ the hung job itself sends nothing.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from detectors.base import Detector
 from detectors.correlate import IncidentCorrelator
@@ -39,7 +39,7 @@ class DetectionPipeline:
         for det in self.detectors:
             for tag in det.consumes:
                 self._routes[tag].append(det)
-        self._by_type: dict[type, list[Detector]] = {}
+        self._by_type: dict[type, list[Callable[[Record], list[Anomaly]]]] = {}
         self._tickers = [d for d in self.detectors if type(d).tick is not Detector.tick]
 
     @classmethod
@@ -51,13 +51,14 @@ class DetectionPipeline:
     def process(self, record: Record) -> tuple[list[Anomaly], list[Incident]]:
         """Feed one record; return new anomalies and newly opened incidents."""
         anomalies: list[Anomaly] = []
-        if record.ts > self.watermark:
-            self.watermark = record.ts
-        route = self._by_type.get(type(record))
+        ts = record.ts
+        if ts > self.watermark:
+            self.watermark = ts
+        route = self._by_type.get(record.__class__)
         if route is None:
-            route = self._by_type[type(record)] = self._routes.get(tag_of(record), [])
-        for det in route:
-            found = det.observe(record)
+            route = self._by_type[record.__class__] = [d.observe for d in self._routes.get(tag_of(record), [])]
+        for observe in route:
+            found = observe(record)
             if found:
                 anomalies.extend(found)
         if self.watermark - self._last_tick >= self.tick_every_s:

@@ -15,14 +15,30 @@ Second signal: a NaN that recurs at the same step after a restart (the
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from detectors.base import Detector
-from detectors.common import Bounded, finding
-from schemas.records import Anomaly, JobTopology, Record, TrainingStep, as_float
+from detectors.common import Bounded, finding, finite
+from schemas.records import Anomaly, JobTopology, Record, TrainingStep
 
 Group = tuple[int, int, int]  # (step, tp, pp)
+
+
+class _Votes:
+    """The checksums reported so far for one (step, tp, pp) group."""
+
+    __slots__ = ("onset", "count", "by_sum")
+
+    def __init__(self, onset: float) -> None:
+        self.onset = onset
+        self.count = 0
+        self.by_sum: dict[str, list[tuple[int, str]]] = {}
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self.onset, self.count, self.by_sum
+
+    def __setstate__(self, s: tuple[Any, ...]) -> None:
+        self.onset, self.count, self.by_sum = s
 
 
 class _Job:
@@ -32,7 +48,7 @@ class _Job:
         self.attempt = attempt
         self.dp = 0  # from topology; 0 = unknown
         self.max_step = -1
-        self.pending: dict[Group, tuple[float, dict[str, list[tuple[int, str]]]]] = {}
+        self.pending: dict[Group, _Votes] = {}
         self.expected: dict[tuple[int, int], int] = {}
         self.fired = False
         self.nan_steps: dict[int, tuple[int, int, str]] = {}  # attempt -> (step, rank, node)
@@ -72,18 +88,23 @@ class SdcDetector(Detector):
             return []
         if not isinstance(record, TrainingStep):
             return []
-        job = self._job(record.job, record.attempt)
-        out = self._nan_recurrence(job, record)
+        job = self._jobs.get(record.job) or self._job(record.job, record.attempt)
+        loss, grad = record.loss, record.grad_norm
+        healthy = loss.__class__ is float and loss - loss == 0.0 and (grad is None or finite(grad))  # type: ignore
+        out = [] if healthy else self._nan_recurrence(job, record)
         if record.attempt != job.attempt:
             if record.attempt < job.attempt:
                 return out
             job.attempt, job.max_step, job.fired = record.attempt, -1, False
             job.pending.clear()
         if record.checksum is not None:
-            out += self._checksum(job, record)
+            found = self._checksum(job, record)
+            if found:
+                out += found
         if record.step > job.max_step:
             job.max_step = record.step
-            out += self._expire(job, record)
+            if job.pending:
+                out += self._expire(job, record)
         return out
 
     def _job(self, name: str, attempt: int) -> _Job:
@@ -98,15 +119,14 @@ class SdcDetector(Detector):
             return []  # too late: that group was already decided
         entry = job.pending.get(key)
         if entry is None:
-            job.pending[key] = entry = (rec.ts, {})
-        votes = entry[1]
-        voters = votes.get(rec.checksum)  # type: ignore[arg-type]
+            job.pending[key] = entry = _Votes(rec.ts)
+        voters = entry.by_sum.get(rec.checksum)  # type: ignore[arg-type]
         if voters is None:
-            votes[rec.checksum] = voters = []  # type: ignore[index]
+            entry.by_sum[rec.checksum] = voters = []  # type: ignore[index]
         voters.append((rec.rank, rec.node))
-        count = sum(len(v) for v in votes.values())
+        entry.count += 1
         expected = job.dp or job.expected.get((rec.tp, rec.pp), 0)
-        if expected and count >= expected:
+        if expected and entry.count >= expected:
             del job.pending[key]
             return self._decide(job, rec.job, key, entry, rec.ts)
         return []
@@ -117,10 +137,8 @@ class SdcDetector(Detector):
             out += self._decide(job, rec.job, key, job.pending.pop(key), rec.ts)
         return out
 
-    def _decide(self, job: _Job, name: str, key: Group, entry: tuple[float, dict[str, list[tuple[int, str]]]],
-                ts: float) -> list[Anomaly]:
-        onset, votes = entry
-        count = sum(len(v) for v in votes.values())
+    def _decide(self, job: _Job, name: str, key: Group, entry: _Votes, ts: float) -> list[Anomaly]:
+        onset, votes, count = entry.onset, entry.by_sum, entry.count
         shard = (key[1], key[2])
         job.expected[shard] = max(job.expected.get(shard, 0), count)
         if len(votes) < 2 or job.fired:
@@ -135,8 +153,7 @@ class SdcDetector(Detector):
                                   "checksums": {c: sorted(r for r, _ in v) for c, v in votes.items()}})]
 
     def _nan_recurrence(self, job: _Job, rec: TrainingStep) -> list[Anomaly]:
-        loss, grad = as_float(rec.loss), as_float(rec.grad_norm)
-        if (loss is None or math.isfinite(loss)) and (grad is None or math.isfinite(grad)):
+        if finite(rec.loss) and (rec.grad_norm is None or finite(rec.grad_norm)):
             return []
         if rec.attempt in job.nan_steps:
             return []
