@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "replay",
     "backtest",
     "ettr-sim",
+    "detectors",
 )
 
 
