@@ -59,6 +59,24 @@ def trainguard_proc(kafka: str, topic_prefix: str, tmp_path: Path) -> Iterator[C
                 proc.kill()
 
 
+def output_of(proc: subprocess.Popen[str]) -> str:
+    """Stop a background trainguard process and return what it printed (for failure messages)."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        out, _ = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out[-4000:]
+
+
+@pytest.fixture
+def process_output() -> Callable[[subprocess.Popen[str]], str]:
+    """`output_of`, for tests that explain a failure with a process's output."""
+    return output_of
+
+
 @pytest.fixture
 def publish(kafka: str, topic_prefix: str) -> Iterator[Callable[..., None]]:
     """Publish records (or raw bytes to a logical topic) to this test's topics."""

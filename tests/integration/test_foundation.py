@@ -35,6 +35,7 @@ def test_nan_slice_end_to_end(
     trainguard_proc: Callable[..., object],
     publish: Callable[..., None],
     read_topic: Callable[..., list[object]],
+    process_output: Callable[..., str],
 ) -> None:
     worker = trainguard_proc("worker")
     publish(
@@ -46,7 +47,9 @@ def test_nan_slice_end_to_end(
         ("training", b'{"type":"step","ts":'),
     )
 
-    [anomaly] = read_topic("anomalies", 1)
+    anomalies = read_topic("anomalies", 1, timeout_s=120)
+    assert len(anomalies) == 1, process_output(worker)  # type: ignore[arg-type]
+    [anomaly] = anomalies
     assert isinstance(anomaly, Anomaly)
     assert (anomaly.kind, anomaly.job, anomaly.ranks, anomaly.step) == ("nan", "llm", [3], 250)
 

@@ -9,6 +9,16 @@ import pytest
 from trainguard.settings import ConfigError, load_settings
 
 
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about defaults and files: no TRAINGUARD_* from outside."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("TRAINGUARD_"):
+            monkeypatch.delenv(name)
+
+
 def test_defaults_point_at_the_local_broker() -> None:
     settings = load_settings()
     assert settings.broker.servers == "127.0.0.1:9092"
