@@ -65,7 +65,7 @@ def parse_line(line: bytes | str, path: str = "<recording>", lineno: int = 0) ->
         raise RecordingError(path, lineno, f"invalid event: {exc}") from None
     except msgspec.DecodeError as exc:
         raise RecordingError(path, lineno, f"malformed JSON: {exc}") from None
-    value = event.value
+    value: Record = event.value
     if value.schema_version != SCHEMA_VERSION:
         raise RecordingError(path, lineno, f"unsupported schema_version {value.schema_version}")
     if _TOPIC_OF_TYPE[type(value)] != event.topic:
@@ -93,7 +93,7 @@ def read_recording(path: Path | str, *, on_error: Callable[[RecordingError], Non
                 progress(f.tell())
             try:
                 event = decode(line)
-                value = event.value
+                value: Record = event.value
                 if value.schema_version == version and topic_of[type(value)] == event.topic:
                     yield event
                     continue

@@ -116,9 +116,9 @@ def score(labels: list[dict[str, Any]], incidents: list[dict[str, Any]], *,
         if inc["kind"] in EVICTING_KINDS and set(inc.get("nodes", ())) - set(label["nodes"] if label else ()):
             tally.false_evictions += 1
     for lab in labels:
-        inc = first.get(lab["id"])
-        if inc is not None:
-            _tally_detection(tallies[lab["kind"]], lab, inc)
+        detection = first.get(lab["id"])
+        if detection is not None:
+            _tally_detection(tallies[lab["kind"]], lab, detection)
     missed = [lab["id"] for lab in labels if lab["id"] not in first]
     return Score(tallies, matches, missed)
 

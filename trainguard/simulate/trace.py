@@ -112,5 +112,5 @@ def trace_faults(scenario: Scenario) -> list[FaultSpec]:
         if mapped is None:
             continue
         kind, variant = mapped
-        out.append(FaultSpec(kind=kind, at_s=at_s, variant=variant, node=nodes[node_id]))  # type: ignore[arg-type]
+        out.append(FaultSpec.model_validate({"kind": kind, "at_s": at_s, "variant": variant, "node": nodes[node_id]}))
     return out
