@@ -108,6 +108,8 @@ def resolve(spec: FaultSpec, index: int, scenario: Scenario, rng: random.Random)
     if spec.kind == "network" and variant == "error_burst":
         default = 90.0
     duration = default if spec.kind == "loss_spike" else spec.duration_s or default
+    if spec.kind == "user_error":  # the redeploy, its init and the failure must fit inside the fault
+        duration = max(duration, job.restart_delay_s + 20.0)
     if spec.kind == "network" and variant == "error_burst":
         duration = max(duration, 3 * scenario.rates.rdma_sample_s)  # must span several samples
     rank = spec.rank if spec.rank is not None else rng.randrange(lay.world)

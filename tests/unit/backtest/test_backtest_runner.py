@@ -112,3 +112,13 @@ def test_backtest_eval_pools_figures_over_a_scenario_set(tmp_path: Path) -> None
     assert report["per_kind"]["nan"]["labels"] == 2
     assert (tmp_path / "eval" / "cli-small" / "timeline.png").is_file()
     assert "Incidents on fault-free scenarios" in (tmp_path / "eval" / "report.md").read_text()
+
+
+def test_progress_bar_reports_bytes_read(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    write_recording(path, steps(9000, 4500))
+    seen: list[int] = []
+    result = run_backtest(path, DetectionPipeline([NanDetector()]), progress=seen.append)
+    assert result.events == 9000
+    assert seen == sorted(seen) and len(seen) >= 3 and seen[-1] == path.stat().st_size
+    assert main(["backtest", str(path), "--out", str(tmp_path / "i.jsonl"), "--progress", "on"]) == 0
