@@ -21,7 +21,7 @@ from schemas.records import ANOMALY_KINDS
 from streams.recording import write_recording
 from trainguard.backtest.report import build_report, markdown, write_report
 from trainguard.backtest.runner import run_backtest
-from trainguard.backtest.scoring import DEFAULT_GRACE_S, KindTally, score
+from trainguard.backtest.scoring import DEFAULT_GRACE_S, KindTally, Score, score
 from trainguard.simulate import load_scenario, run_scenario
 
 # The targets, for the pass/fail column of the summary.
@@ -35,17 +35,23 @@ def evaluate(scenario_dir: Path, out_dir: Path, detectors: DetectorSettings, *, 
     if not files:
         raise FileNotFoundError(f"no scenario files (*.yaml) in {scenario_dir}")
     pooled = {k: KindTally() for k in ANOMALY_KINDS}
+    variants: dict[str, dict[str, int]] = {}
     scenarios: list[dict[str, Any]] = []
     for file in files:
-        row, tallies = _one(file, out_dir, detectors, grace_s)
-        for kind, tally in tallies.items():
+        row, scored = _one(file, out_dir, detectors, grace_s)
+        for kind, tally in scored.tallies.items():
             pooled.setdefault(kind, KindTally()).add(tally)
+        for key, (faults, detected) in scored.variants.items():
+            counts = variants.setdefault(key, {"faults": 0, "detected": 0})
+            counts["faults"] += faults
+            counts["detected"] += detected
         scenarios.append(row)
         say(f"{row['scenario']}: {row['events']} events, {row['faults']} faults, {row['incidents']} incidents "
             f"({row['false_positives']} unmatched), simulate {row['simulate_s']:.1f} s, "
             f"backtest {row['backtest_s']:.1f} s")
     report = {"scenario_dir": str(scenario_dir), "grace_s": grace_s, "scenarios": scenarios,
               "per_kind": {k: t.summary() for k, t in pooled.items()},
+              "per_variant": dict(sorted(variants.items())),
               "quiet_incidents": sum(s["incidents"] for s in scenarios if s["faults"] == 0)}
     report["meets_targets"] = _targets(report["per_kind"])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -54,8 +60,7 @@ def evaluate(scenario_dir: Path, out_dir: Path, detectors: DetectorSettings, *, 
     return report
 
 
-def _one(file: Path, out_dir: Path, detectors: DetectorSettings,
-         grace_s: float) -> tuple[dict[str, Any], dict[str, KindTally]]:
+def _one(file: Path, out_dir: Path, detectors: DetectorSettings, grace_s: float) -> tuple[dict[str, Any], Score]:
     scenario = load_scenario(file)
     work = out_dir / scenario.name
     work.mkdir(parents=True, exist_ok=True)
@@ -75,7 +80,7 @@ def _one(file: Path, out_dir: Path, detectors: DetectorSettings,
            "false_positives": sum(1 for v in scored.matches.values() if v is None),
            "simulate_s": round(simulate_s, 2), "backtest_s": round(result.elapsed_s, 2),
            "events_per_s": round(result.events_per_s)}
-    return row, scored.tallies
+    return row, scored
 
 
 def _targets(per_kind: dict[str, dict[str, Any]]) -> dict[str, bool | None]:

@@ -37,6 +37,7 @@ def build_report(result: BacktestResult, score: Score, *, recording: str, grace_
         "event_time": {"first": result.first_ts, "last": result.last_ts},
         "grace_s": grace_s,
         "per_kind": score.per_kind(),
+        "per_variant": {k: {"faults": v[0], "detected": v[1]} for k, v in sorted(score.variants.items())},
         "missed_labels": score.missed,
         "false_positives": [{k: i[k] for k in ("id", "kind", "detected_at", "nodes", "ranks")}
                             for i in false_positives],
@@ -56,6 +57,10 @@ def markdown(report: dict[str, Any], title: str = "Backtest report") -> str:
     for kind, row in report["per_kind"].items():
         if row["labels"] or row["incidents"]:
             lines.append(f"| {kind} | " + " | ".join(_cell(row[k]) for k, _ in COLUMNS) + " |")
+    variants = report.get("per_variant") or {}
+    if variants:
+        lines += ["", "Detected per fault variant: " + ", ".join(
+            f"{k} {v['detected']}/{v['faults']}" for k, v in variants.items()) + "."]
     for key, heading in (("missed_labels", "Missed faults"), ("false_positives", "Incidents matching no fault")):
         items = report.get(key) or []
         if items:

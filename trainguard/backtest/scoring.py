@@ -81,6 +81,7 @@ class Score:
     tallies: dict[str, KindTally]
     matches: dict[str, str | None]  # incident id -> label id (None: false positive)
     missed: list[str]  # label ids never detected
+    variants: dict[str, list[int]] = field(default_factory=dict)  # "kind/variant" -> [faults, detected]
 
     def per_kind(self) -> dict[str, dict[str, Any]]:
         return {k: t.summary() for k, t in self.tallies.items()}
@@ -120,7 +121,12 @@ def score(labels: list[dict[str, Any]], incidents: list[dict[str, Any]], *,
         if detection is not None:
             _tally_detection(tallies[lab["kind"]], lab, detection)
     missed = [lab["id"] for lab in labels if lab["id"] not in first]
-    return Score(tallies, matches, missed)
+    variants: dict[str, list[int]] = {}
+    for lab in labels:
+        counts = variants.setdefault(f"{lab['kind']}/{lab.get('variant', '-')}", [0, 0])
+        counts[0] += 1
+        counts[1] += lab["id"] in first
+    return Score(tallies, matches, missed, variants)
 
 
 def _tally_detection(tally: KindTally, lab: dict[str, Any], inc: dict[str, Any]) -> None:

@@ -110,6 +110,7 @@ def test_backtest_eval_pools_figures_over_a_scenario_set(tmp_path: Path) -> None
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
     assert [s["scenario"] for s in report["scenarios"]] == ["cli-small", "q"]
     assert report["per_kind"]["nan"]["labels"] == 2
+    assert {k: v["faults"] for k, v in report["per_variant"].items()} == {"nan/grad": 1, "nan/loss": 1}
     assert (tmp_path / "eval" / "cli-small" / "timeline.png").is_file()
     assert "Incidents on fault-free scenarios" in (tmp_path / "eval" / "report.md").read_text()
 
