@@ -28,6 +28,7 @@ COMMANDS: tuple[str, ...] = (
     "backtest",
     "ettr-sim",
     "detectors",
+    "demo",
 )
 
 

@@ -62,3 +62,13 @@ class FaultBoard:
             except (ValueError, TypeError):
                 self._current = None
         return self._current
+
+
+def final_step(path: Path | None) -> int | None:
+    """The step the orchestrator wants training to stop at (None while unset)."""
+    if path is None:
+        return None
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 import trainguard
-from trainguard.demo.faults import Fault, FaultBoard
+from trainguard.demo.faults import FaultBoard, final_step
 
 FEATURES, HIDDEN = 64, 256
 
@@ -56,7 +56,11 @@ def main() -> None:
                                          flops_per_token=6.0 * sum(p.numel() for p in model.parameters()),
                                          peak_flops=5e9)
     fired: set[str] = set()
+    final_file = Path(os.environ["TRAINGUARD_DEMO_FINAL"]) if "TRAINGUARD_DEMO_FINAL" in os.environ else None
     for step in range(start + 1, args.steps + 1):
+        final = final_step(final_file)
+        if final is not None and step > final:
+            break
         fault = board.current() if board else None
         fault = fault if fault and fault.id not in fired and fault.targets(rank, node) else None
         if fault:

@@ -1,0 +1,305 @@
+"""The demo orchestrator: start the stack, inject faults one by one, report.
+
+For each fault it shows what a user wants to see: the fault injected, the
+incident trainguard raised and its detection latency, the decision, the
+actions executed, and the checkpoint training resumed from. Everything it
+reports is read back from the topics: the orchestrator only injects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from kafka import KafkaProducer
+
+from schemas.codec import Codec
+from schemas.records import (
+    ActionCommand,
+    ActionResult,
+    CheckpointEvent,
+    Decision,
+    GpuStats,
+    Incident,
+    NodeGpuSample,
+    TrainingStep,
+    XidEvent,
+)
+from schemas.signing import sign
+from schemas.topics import Topics, key_for
+from trainguard.demo.faults import Fault, FaultBoard
+from trainguard.demo.scenario import DemoScenario, FaultStep
+from trainguard.demo.stack import DemoStack
+from trainguard.demo.watch import TopicWatcher
+from trainguard.settings import Settings
+
+
+@dataclass
+class FaultOutcome:
+    """What happened to one injected fault."""
+
+    step: FaultStep
+    injected_at: float
+    incident: Incident | None = None
+    decision: Decision | None = None
+    results: list[ActionResult] = field(default_factory=list)
+    resumed_from: int | None = None
+    recovered_at: float | None = None
+
+    @property
+    def latency_s(self) -> float | None:
+        return None if self.incident is None else self.incident.detected_at - self.injected_at
+
+    @property
+    def ok(self) -> bool:
+        return (self.incident is not None and self.incident.kind == self.step.expect
+                and self.recovered_at is not None)
+
+
+@dataclass
+class DemoOutcome:
+    """The whole run: per-fault outcomes and the job's final state."""
+
+    run_dir: Path
+    faults: list[FaultOutcome]
+    final_step: int | None
+    final_loss: float | None
+    target_step: int | None
+    steps: list[TrainingStep]
+    incidents: list[Incident]
+    results: list[ActionResult]
+    started_at: float
+    ended_at: float
+
+
+class DemoRunner:
+    """Runs one `DemoScenario` against the broker in `settings`."""
+
+    def __init__(self, scenario: DemoScenario, settings: Settings, run_dir: Path,
+                 say: "Reporter") -> None:
+        self.sc = scenario
+        self.settings = settings
+        self.run_dir = run_dir
+        self.say = say
+        self.prefix = f"demo{uuid.uuid4().hex[:8]}."
+        self.topics = Topics(self.prefix)
+        self.board = FaultBoard(run_dir / "fault.json")
+        self.final_file = run_dir / "final_step"
+        self.codec = Codec()
+        self.key = settings.actions.hmac_key.get_secret_value().encode()
+        self._producer: KafkaProducer | None = None
+        self._xid_nodes: set[str] = set()
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> DemoOutcome:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        config = self.run_dir / "config.yaml"
+        config.write_text(yaml.safe_dump(self.sc.config(str(self.run_dir))))
+        env = self._env()
+        self._producer = KafkaProducer(bootstrap_servers=self.settings.broker.servers, acks="all", linger_ms=5)
+        watcher = TopicWatcher(self.settings.broker.servers, self.topics)
+        started = time.time()
+        with DemoStack(self.run_dir, env) as stack:
+            cfg = ["--config", str(config)]
+            stack.start("worker", *cfg, "worker")
+            stack.start("act", *cfg, "act", "--executor", "local")
+            for node in self.sc.nodes:
+                stack.start(node, *cfg, "run", "--job", self.sc.job, "--node", node, "--", *self._train_cmd(),
+                            extra_env={"NODE_NAME": node})
+            for node in self.sc.standbys:
+                stack.start(node, *cfg, "run", "--job", self.sc.job, "--node", node, "--", *self._standby_cmd(),
+                            extra_env={"NODE_NAME": node})
+            watcher.start()
+            gpu_thread = threading.Thread(target=self._gpu_telemetry, daemon=True)
+            gpu_thread.start()
+            try:
+                outcome = self._drive(watcher, stack, started)
+            finally:
+                self._stop.set()
+                watcher.stop()
+                self._producer.close()
+        return outcome
+
+    def _drive(self, watcher: TopicWatcher, stack: DemoStack, started: float) -> DemoOutcome:
+        self.say.phase("starting the broker-backed stack: worker, action consumer, "
+                       f"{len(self.sc.nodes)} node agents + {len(self.sc.standbys)} warm standbys")
+        first = watcher.wait_for(TrainingStep, lambda s: True, 240, alive=lambda: stack.alive("worker"))
+        if first is None:
+            raise RuntimeError(f"training never started; see the logs in {self.run_dir}")
+        self.say.phase(f"training started: job {self.sc.job}, {len(self.sc.nodes)} ranks over "
+                       f"{len(self.sc.nodes)} simulated nodes (DDP over gloo)")
+        outcomes: list[FaultOutcome] = []
+        for step in self.sc.faults:
+            self._wait_healthy(watcher)
+            outcomes.append(self._inject_and_follow(step, watcher))
+        target = self._finish(watcher)
+        steps = watcher.records(TrainingStep)
+        last = max(steps, key=lambda s: (s.ts, s.step), default=None)
+        return DemoOutcome(self.run_dir, outcomes, last.step if last else None,
+                           _loss(last), target, steps, watcher.records(Incident),
+                           watcher.records(ActionResult), started, time.time())
+
+    # ------------------------------------------------------------- faults
+
+    def _inject_and_follow(self, step: FaultStep, watcher: TopicWatcher) -> FaultOutcome:
+        node = step.node if step.node in self._active(watcher) else sorted(self._active(watcher))[0]
+        step = FaultStep(step.kind, node, step.expect, step.title, step.slow_s)
+        attempt = self._attempt(watcher)
+        known = {i.id for i in watcher.records(Incident)}
+        out = FaultOutcome(step, injected_at=time.time())
+        self.say.inject(step)
+        self._inject(step, watcher)
+        out.incident = watcher.wait_for(Incident, lambda i: i.id not in known and i.job == self.sc.job,
+                                        self.sc.detect_timeout_s)
+        self.board.disarm()
+        self._xid_nodes.discard(step.node)
+        if out.incident is None:
+            self.say.missed(step)
+            return out
+        self.say.incident(out.incident, out.latency_s or 0.0)
+        out.decision = watcher.wait_for(Decision, lambda d: d.incident_id == out.incident.id, 60)  # type: ignore[union-attr]
+        if out.decision is not None:
+            self.say.decision(out.decision)
+        resumed = watcher.wait_for(TrainingStep, lambda s: s.attempt > attempt and s.ts > out.injected_at,
+                                   self.sc.recover_timeout_s)
+        if out.decision is not None:
+            out.results = [r for r in watcher.records(ActionResult) if r.command_id.startswith(out.decision.id)]
+            self.say.actions(out.results)
+        if resumed is not None:
+            out.resumed_from = resumed.step - 1
+            out.recovered_at = resumed.ts
+            self.say.resumed(resumed, out.recovered_at - out.injected_at)
+        else:
+            self.say.not_recovered(step)
+        return out
+
+    def _inject(self, step: FaultStep, watcher: TopicWatcher) -> None:
+        fid = uuid.uuid4().hex[:8]
+        if step.kind == "xid79":
+            self._xid_nodes.add(step.node)
+        elif step.kind == "bad_code":
+            self._hot_update("v2-bad", watcher)
+        else:
+            self.board.arm(Fault(id=fid, kind=step.kind, node=step.node, slow_s=step.slow_s))
+
+    def _hot_update(self, version: str, watcher: TopicWatcher) -> None:
+        """What an operator pushing new code does: a signed hot update to the job's agents."""
+        ckpts = [c for c in watcher.records(CheckpointEvent) if c.status == "saved" and c.job == self.sc.job]
+        latest = max(ckpts, key=lambda c: c.step, default=None)
+        cmd = sign(ActionCommand(ts=time.time(), id=f"operator-{uuid.uuid4().hex[:8]}", action="hot_update",
+                                 job=self.sc.job, nodes=sorted(self._active(watcher)),
+                                 params={"code_version": version, "step": latest.step if latest else None,
+                                         "path": latest.path if latest else None}), self.key)
+        assert self._producer is not None
+        self._producer.send(self.topics.name("actions"), key=key_for(cmd), value=self.codec.encode(cmd))
+        self._producer.flush()
+
+    # ------------------------------------------------------------ helpers
+
+    def _wait_healthy(self, watcher: TopicWatcher) -> None:
+        """Wait until the job has made steady progress and saved a checkpoint since the last fault."""
+        attempt = self._attempt(watcher)
+        steps = [s for s in watcher.records(TrainingStep) if s.attempt == attempt]
+        base = min((s.step for s in steps), default=0)
+        target = base + self.sc.healthy_steps_between
+        watcher.wait_for(TrainingStep, lambda s: s.attempt >= attempt and s.step >= target, self.sc.recover_timeout_s)
+        watcher.wait_for(CheckpointEvent, lambda c: c.step > base and c.status == "saved", self.sc.recover_timeout_s)
+
+    def _finish(self, watcher: TopicWatcher) -> int | None:
+        steps = watcher.records(TrainingStep)
+        if not steps:
+            return None
+        target = max(s.step for s in steps) + self.sc.extra_steps_after_faults
+        self.final_file.write_text(str(target))
+        self.say.phase(f"all faults handled; training on to step {target}")
+        watcher.wait_for(TrainingStep, lambda s: s.step >= target, self.sc.recover_timeout_s)
+        time.sleep(2.0)  # the last records of every rank
+        return target
+
+    def _attempt(self, watcher: TopicWatcher) -> int:
+        return max((s.attempt for s in watcher.records(TrainingStep)), default=0)
+
+    def _active(self, watcher: TopicWatcher) -> set[str]:
+        steps = watcher.records(TrainingStep)
+        attempt = self._attempt(watcher)
+        nodes = {s.node for s in steps if s.attempt == attempt}
+        return nodes or set(self.sc.nodes)
+
+    def _gpu_telemetry(self) -> None:
+        """Simulated NVML samples (this machine has no GPU), one per node per second."""
+        assert self._producer is not None
+        nodes = list(self.sc.nodes) + list(self.sc.standbys)
+        while not self._stop.wait(1.0):
+            now = time.time()
+            for node in nodes:
+                xid = node in self._xid_nodes
+                gpus = [GpuStats(index=i, uuid=f"GPU-{node}-{i}", util_pct=95.0, sm_clock_mhz=1980,
+                                 max_sm_clock_mhz=1980, mem_used_mb=60000, power_w=620, temp_c=62,
+                                 lost=xid and i == 3) for i in range(8)]
+                sample = NodeGpuSample(ts=now, node=node, gpus=gpus, job=self.sc.job,
+                                       xids=[XidEvent(gpu=3, code=79, ts=now, message="GPU has fallen off the bus")]
+                                       if xid else [])
+                try:
+                    self._producer.send(self.topics.for_record(sample), key=key_for(sample),
+                                        value=self.codec.encode(sample))
+                except Exception:  # the demo is ending
+                    return
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "TRAINGUARD_TOPICS__PREFIX": self.prefix,
+            "TRAINGUARD_BROKER__BOOTSTRAP": self.settings.broker.servers,
+            "TRAINGUARD_DEMO_FAULTS": str(self.board.path),
+            "TRAINGUARD_DEMO_FINAL": str(self.final_file),
+            "TRAINGUARD_CODE_VERSION": "v1",
+            "TRAINGUARD_WORKER__STATE_DIR": str(self.run_dir / "worker"),
+            "TRAINGUARD_WORKER__APP_ID": f"worker-{self.prefix}",
+            "TRAINGUARD_ACTIONS__GROUP_ID": f"act-{self.prefix}",
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": "1",
+        })
+        return env
+
+    def _train_cmd(self) -> list[str]:
+        n = len(self.sc.nodes)
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(n), "--nproc-per-node", "1",
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{self.sc.master_port}",
+                "--rdzv-id", self.prefix.rstrip("."), "--max-restarts", "0",
+                "-m", "trainguard.demo.train", "--job", self.sc.job, "--steps", str(self.sc.steps),
+                "--ckpt-every", str(self.sc.ckpt_every), "--ckpt-dir", str(self.run_dir / "checkpoints"),
+                "--compute-s", str(self.sc.compute_s)]
+
+    def _standby_cmd(self) -> list[str]:
+        """A warm standby idles until a restart command makes it join the job."""
+        train = " ".join(json.dumps(a) for a in self._train_cmd())
+        return ["sh", "-c", f'if [ "${{TRAINGUARD_ATTEMPT:-0}}" = 0 ]; then exec sleep 86400; fi; exec {train}']
+
+
+def _loss(step: TrainingStep | None) -> float | None:
+    if step is None:
+        return None
+    value = step.loss
+    return float(value)
+
+
+class Reporter:
+    """What the runner tells the user (see `trainguard.demo.console`)."""
+
+    def phase(self, text: str) -> None: ...
+    def inject(self, step: FaultStep) -> None: ...
+    def missed(self, step: FaultStep) -> None: ...
+    def incident(self, incident: Incident, latency_s: float) -> None: ...
+    def decision(self, decision: Decision) -> None: ...
+    def actions(self, results: list[ActionResult]) -> None: ...
+    def resumed(self, step: TrainingStep, downtime_s: float) -> None: ...
+    def not_recovered(self, step: FaultStep) -> None: ...
