@@ -139,20 +139,39 @@ class Simulation:
             self._log(crash, rank, "ERROR", "nccl", CRASH_LOGS[f.kind], "nccl", exit_code=1)
             return self._crash_and_restart(crash, f.end)
         if f.kind == "user_error":
-            self._push(PhaseChange(ts=f.start, job=job, phase="stopped", step=self.steps.step))
-            self._segment(f.start, f.start + 5.0, "down", "stopped")
-            old = self.code_version
-            self.code_version = f"{old}+{f.variant}"
-            up = self._restart(f.start + 5.0)
-            fail = min(up + self.rng.uniform(0.5, 8.0), f.end)
-            self._segment(up, fail, "init", "init")
-            for node in range(self.job.nodes):
-                rank = self.lay.ranks_on(node)[0]
-                self._log(fail + 0.01 * node, rank, "ERROR", "python", TRACEBACKS[f.variant], "traceback",
-                          exit_code=1)
-            self.code_version = old
-            return self._crash_and_restart(fail + 0.5, f.end)
+            return self._user_error(f)
         return self._crash_and_restart(f.end, f.end)  # nan / sdc: stopped once noticed
+
+    def _user_error(self, f: Fault) -> float:
+        """A redeploy with broken code: restart on a new code_version, fail with a traceback, roll back.
+
+        Import, syntax and shape errors fail before the first step; an OOM
+        after a config change typically survives a few steps first, so those
+        steps carry the new code_version.
+        """
+        self._push(PhaseChange(ts=f.start, job=self.job.name, phase="stopped", step=self.steps.step))
+        self._segment(f.start, f.start + 5.0, "down", "stopped")
+        old = self.code_version
+        self.code_version = f"{old}+{f.variant}"
+        t = self._restart(f.start + 5.0)
+        mode = "init"
+        if f.variant == "oom":
+            mode = "training"
+            for _ in range(self.rng.randint(2, 5)):
+                t1 = t + self.steps.duration(t)
+                if t1 >= f.end - 10.0:
+                    break
+                self._segment(t, t1, "training", "training")
+                for rec in self.steps.records(t1, self.attempt, self.code_version):
+                    self._push(rec)
+                t = t1
+        fail = min(t + self.rng.uniform(0.5, 8.0), f.end - 1.0)
+        self._segment(t, fail, mode, mode)
+        for node in range(self.job.nodes):
+            rank = self.lay.ranks_on(node)[0]
+            self._log(fail + 0.01 * node, rank, "ERROR", "python", TRACEBACKS[f.variant], "traceback", exit_code=1)
+        self.code_version = old
+        return self._crash_and_restart(fail + 0.5, f.end)
 
     def _crash_and_restart(self, crash: float, back: float) -> float:
         self._push(PhaseChange(ts=crash, job=self.job.name, phase="stopped", step=self.steps.step))

@@ -136,3 +136,11 @@ def test_overlapping_explicit_faults_are_refused() -> None:
 
     with pytest.raises(ScenarioError, match="overlaps"):
         simulate([{"kind": "hang", "at_s": 700}, {"kind": "nan", "at_s": 800}])
+
+
+def test_oom_after_a_config_change_runs_a_few_steps_on_the_new_code_version() -> None:
+    records, _ = simulate([{"kind": "user_error", "at_s": 700, "variant": "oom"}])
+    steps = of(records, TrainingStep, 700, 900)
+    assert {s.code_version for s in steps} == {"v1+oom"} and {s.attempt for s in steps} == {1}
+    oom = [r for r in of(records, LogEvent, 700) if r.category == "traceback"]
+    assert oom and oom[0].ts > max(s.ts for s in steps) and "OutOfMemoryError" in oom[0].message
