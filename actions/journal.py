@@ -109,3 +109,9 @@ class Journal:
     def put_state(self, key: str, value: dict[str, Any]) -> None:
         """Store a small JSON state blob."""
         self._db.execute("INSERT OR REPLACE INTO kv VALUES (?,?)", (key, json.dumps(value)))
+
+    def request_breaker_reset(self) -> int:
+        """Leave an operator's reset request for the running consumer; return its number."""
+        count = int(self.get_state("operator").get("breaker_resets", 0)) + 1
+        self.put_state("operator", {"breaker_resets": count})
+        return count

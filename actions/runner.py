@@ -55,6 +55,7 @@ class PlanRunner:
         self.clock = clock
         self.topologies = topologies if topologies is not None else {}
         self.evicted: dict[str, set[str]] = {}
+        self._resets_seen = int(journal.get_state("operator").get("breaker_resets", 0))
         self._load_state()
 
     # ------------------------------------------------------------ decisions
@@ -107,6 +108,13 @@ class PlanRunner:
         self._audit("approved", decision_id, {})
         return decision
 
+    def poll_operator(self) -> None:
+        """Apply operator requests another process left in the journal (breaker resets)."""
+        requested = int(self.journal.get_state("operator").get("breaker_resets", 0))
+        if requested > self._resets_seen:
+            self._resets_seen = requested
+            self.reset_breaker()
+
     def reset_breaker(self) -> None:
         """Operator reset of a tripped circuit breaker."""
         self.rails.breaker.reset()
@@ -145,9 +153,12 @@ class PlanRunner:
             params["standby"] = dict(self.rails.pool.swaps)
         if step.action in ("self_check", "replay_regroup"):
             params["machines"] = nodes
-        command = self._command(decision, idx, step.action, nodes, step.ranks, params)
+        targets = self._targets(decision.job, step.action, nodes)
+        # Agent commands name exactly the agents that must act: an evicted node's agent must not restart.
+        addressed = nodes if step.action in CLUSTER_ACTIONS else targets
+        command = self._command(decision, idx, step.action, addressed, step.ranks, params)
         executor = self.cluster_executor if step.action in CLUSTER_ACTIONS else self.node_executor
-        result = executor.execute(command, targets=self._targets(decision.job, step.action, nodes))
+        result = executor.execute(command, targets=targets)
         if step.action == "evict_node" and result.status == "ok":
             self.rails.breaker.record(job=decision.job, nodes=nodes, ts=decision.ts)
             self.rails.cooldown.record(nodes, ts=decision.ts)

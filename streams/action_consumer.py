@@ -166,5 +166,6 @@ class ActionLoop:
     def _resume(self) -> None:
         if self.runner is None:
             return
+        self.runner.poll_operator()
         for decision in self.runner.journal.unfinished():
             self._execute(decision)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -13,44 +15,97 @@ from trainguard.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("act", help="run the decision engine on incidents",
-                       description="Consume incidents, decide a recovery plan for each, publish the decision "
-                       "and an audit entry, and (unless --dry-run) execute it.")
+    p = sub.add_parser("act", help="run the decision engine and an executor on incidents",
+                       description="Consume incidents, decide a recovery plan for each (journaled, so a redelivered "
+                       "incident is acted on once), publish the decision and audit entries, and (unless --dry-run) "
+                       "execute the plan: node-local steps through the `trainguard run` agents, evictions through "
+                       "the chosen executor, behind the circuit breaker, cooldown and approval rails.")
+    p.add_argument("--executor", choices=["local", "kubernetes", "slurm"],
+                   help="who carries out evictions (default: actions.executor)")
     p.add_argument("--dry-run", action="store_true", help="decide and record, but execute nothing")
     p.add_argument("--max-incidents", type=int, help="exit after this many decisions")
     p.add_argument("--timeout", type=float, help="exit after this many seconds")
     p.add_argument("--log", type=Path, default=Path(".trainguard/actions/decisions.jsonl"),
                    help="where decisions are recorded locally (default: %(default)s)")
+    p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0: off)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     import msgspec
 
-    from actions.checkpoints import CheckpointRegistry
-    from actions.engine import DecisionEngine
     from schemas.topics import Topics
     from streams.action_consumer import ActionLoop
     from streams.admin import ensure_topics
 
     console = Console()
-    dry_run = args.dry_run or settings.actions.dry_run
+    cfg = settings.actions
+    dry_run = args.dry_run or cfg.dry_run
     topics = Topics(settings.topics.prefix)
     ensure_topics(settings.broker.servers, topics.all(),
                   partitions=settings.topics.partitions, replication=settings.topics.replication)
-    checkpoints = CheckpointRegistry()
-    loop = ActionLoop(settings.broker.servers, topics, DecisionEngine(checkpoints, dry_run=dry_run),
-                      checkpoints, group_id=settings.actions.group_id)
+    loop = build_loop(settings, topics, executor=args.executor or cfg.executor, dry_run=dry_run)
+    if args.metrics_port:
+        loop.metrics.serve(args.metrics_port)
     args.log.parent.mkdir(parents=True, exist_ok=True)
 
     def show(incident: Incident, decision: Decision) -> None:
         tag = "[yellow]DRY-RUN[/] " if decision.dry_run else ""
         console.print(f"{tag}[bold]{incident.kind}[/] incident {incident.id} on job {incident.job}"
                       f" (ranks {incident.ranks}, nodes {incident.nodes})")
-        console.print(f"  decision: [cyan]{decision.reason}[/]  (rule {decision.rule})")
+        console.print(f"  decision: [cyan]{decision.reason}[/]  (rule {decision.rule}, status {decision.status})")
         with args.log.open("a") as f:
             f.write(json.dumps(msgspec.to_builtins(decision)) + "\n")
 
-    console.print(f"act: {'dry-run, ' if dry_run else ''}consuming {topics.name('incidents')} on {settings.broker.servers}")
+    mode = "dry-run" if dry_run else f"executor {args.executor or cfg.executor}"
+    console.print(f"act: {mode}, consuming {topics.name('incidents')} on {settings.broker.servers}")
     loop.run(show, max_incidents=args.max_incidents, timeout_s=args.timeout)
     return 0
+
+
+def build_loop(settings: Settings, topics: Any, *, executor: str, dry_run: bool) -> Any:
+    """Wire engine, journal, rails, executors and the Kafka loop from settings."""
+    from functools import partial
+
+    from actions.checkpoints import CheckpointRegistry
+    from actions.engine import DecisionEngine
+    from actions.executors.local import LocalExecutor
+    from actions.journal import Journal
+    from actions.runner import PlanRunner, Rails
+    from actions.safety import CircuitBreaker, Cooldown
+    from actions.standby import StandbyPool
+    from schemas.signing import sign
+    from streams.action_consumer import ActionLoop
+    from streams.command_bus import KafkaCommandBus
+
+    cfg = settings.actions
+    key = cfg.hmac_key.get_secret_value().encode()
+    checkpoints = CheckpointRegistry()
+    engine = DecisionEngine(checkpoints, dry_run=dry_run, retry_window_s=cfg.retry_window_s,
+                            network_confirmations=cfg.network_confirmations)
+    loop = ActionLoop(settings.broker.servers, topics, engine, checkpoints, group_id=cfg.group_id)
+    local = LocalExecutor(bus=KafkaCommandBus(servers=settings.broker.servers, topics=topics),
+                          timeout_s=cfg.command_timeout_s, clock=time.time, sign=partial(sign, key=key))
+    rails = Rails(CircuitBreaker(max_fraction=cfg.breaker_max_fraction, window_s=cfg.breaker_window_s,
+                                 fleet_size=cfg.fleet_size),
+                  Cooldown(cooldown_s=cfg.cooldown_s), StandbyPool(spares=list(cfg.standby_nodes)),
+                  approval_kinds=list(cfg.approval_kinds))
+    loop.runner = PlanRunner(journal=Journal(cfg.state_dir / "journal.sqlite"), rails=rails, node_executor=local,
+                             cluster_executor=_cluster_executor(settings, executor, local), key=key,
+                             sink=loop.publish, clock=time.time, topologies=engine.topologies)
+    return loop
+
+
+def _cluster_executor(settings: Settings, name: str, local: Any) -> Any:
+    if name == "kubernetes":
+        from actions.executors.kubernetes import KubernetesExecutor
+
+        k = settings.actions.kubernetes
+        return KubernetesExecutor.connect(kubeconfig=k.kubeconfig, host=k.host, clock=time.time,
+                                          taint_key=k.taint_key, pod_label_selector=k.pod_label_selector)
+    if name == "slurm":
+        from actions.executors.slurm import SlurmExecutor
+
+        return SlurmExecutor(clock=time.time, scontrol=settings.actions.slurm.scontrol,
+                             timeout_s=settings.actions.slurm.timeout_s)
+    return local

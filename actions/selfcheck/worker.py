@@ -1,0 +1,129 @@
+"""One rank of a self-check world: `python -m actions.selfcheck.worker SPEC RANK`.
+
+Every rank runs the requested stages in order and writes one JSON file per
+stage (`<out>/<stage>-<rank>.json`) as soon as it finishes it; the
+coordinator reads them and stops the world at the first stage that names a
+machine. Results travel by file, not by collective, so a hung peer can only
+delay a verdict (until its group's timeout), never swallow it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from actions.selfcheck.reference import digest, faults_for, reference_step, shard_gradient
+
+
+def main(spec_path: str, rank_arg: str) -> int:
+    """Run the stages of `spec` as rank `rank`."""
+    spec: dict[str, Any] = json.loads(Path(spec_path).read_text())
+    rank, ppn, machines = int(rank_arg), int(spec["ppn"]), list(spec["machines"])
+    machine = machines[rank // ppn]
+    faults = faults_for(machine)
+    timeout = datetime.timedelta(seconds=float(spec["timeout_s"]))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{spec['port']}", rank=rank,
+                            world_size=len(machines) * ppn, timeout=timeout)
+    groups = _make_groups(spec, machines, ppn, timeout)
+    out = Path(spec["out"])
+    for stage in spec["stages"]:
+        started = time.monotonic()
+        try:
+            detail = STAGES[stage](rank=rank, machine=machine, faults=faults, groups=groups, spec=spec)
+            status = "ok"
+        except Exception as exc:  # a timed-out or broken collective is a finding, not a crash
+            detail, status = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}, "failed"
+        record = {"rank": rank, "machine": machine, "status": status, "elapsed_s": time.monotonic() - started, **detail}
+        tmp = out / f"{stage}-{rank}.part"
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, out / f"{stage}-{rank}.json")  # atomic: the coordinator never reads half a file
+    return 0
+
+
+def _make_groups(spec: dict[str, Any], machines: list[str], ppn: int, timeout: datetime.timedelta) -> dict[str, Any]:
+    """Every rank creates every group, in the same order (torch requires it)."""
+    ranks_of = {m: list(range(i * ppn, (i + 1) * ppn)) for i, m in enumerate(machines)}
+    per_machine = {m: dist.new_group(ranks_of[m], timeout=timeout) for m in machines}
+    pairs = neighbour_pairs(machines)
+    pair_groups = [dist.new_group(ranks_of[a] + ranks_of[b], timeout=timeout) for a, b in pairs]
+    replay = [dist.new_group([ranks_of[m][0] for m in g], timeout=timeout) for g in spec.get("groups", [])]
+    return {"ranks_of": ranks_of, "machine": per_machine, "pairs": list(zip(pairs, pair_groups)), "replay": replay}
+
+
+def neighbour_pairs(machines: list[str]) -> list[tuple[str, str]]:
+    """Each machine with the next one, around a ring.
+
+    >>> neighbour_pairs(["a", "b", "c"])
+    [('a', 'b'), ('b', 'c'), ('c', 'a')]
+    >>> neighbour_pairs(["a", "b"])
+    [('a', 'b')]
+    """
+    if len(machines) < 2:
+        return []
+    if len(machines) == 2:
+        return [(machines[0], machines[1])]
+    return [(m, machines[(i + 1) % len(machines)]) for i, m in enumerate(machines)]
+
+
+def _hang_if(faults: set[str], spec: dict[str, Any], rank: int, first_rank: int) -> None:
+    if "hang" in faults and rank == first_rank:  # one stuck GPU per machine, as in real hangs
+        time.sleep(float(spec["timeout_s"]) * 4)  # never joins: the peers' collective times out
+
+
+def _all_to_all(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    members = groups["ranks_of"][machine]
+    _hang_if(faults, spec, rank, members[0])
+    send = [torch.tensor([float(rank * 1000 + peer)]) for peer in members]
+    recv = [torch.zeros(1) for _ in members]
+    dist.all_to_all(recv, send, group=groups["machine"][machine])
+    wrong = [peer for peer, got in zip(members, recv) if got.item() != float(peer * 1000 + rank)]
+    if wrong:
+        raise RuntimeError(f"all-to-all returned wrong data from ranks {wrong}")
+    return {}
+
+
+def _all_gather(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    outcome: dict[str, str] = {}
+    for (a, b), group in groups["pairs"]:
+        if machine not in (a, b):
+            continue
+        members = groups["ranks_of"][a] + groups["ranks_of"][b]
+        try:
+            _hang_if(faults, spec, rank, groups["ranks_of"][machine][0])
+            got = [torch.zeros(1) for _ in members]
+            dist.all_gather(got, torch.tensor([float(rank)]), group=group)
+            ok = [int(t.item()) for t in got] == sorted(members)  # gathered in group-rank order
+            outcome[f"{a}|{b}"] = "ok" if ok else "wrong data"
+        except Exception as exc:
+            outcome[f"{a}|{b}"] = f"failed: {type(exc).__name__}"
+    return {"pairs": outcome}
+
+
+def _bitwise(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    return {"digest": digest(reference_step(perturb="bitflip" in faults))}
+
+
+def _replay(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    if rank != groups["ranks_of"][machine][0]:
+        return {"group": None}
+    for index, members in enumerate(spec["groups"]):
+        if machine in members:
+            _hang_if(faults, spec, rank, rank)
+            grad = shard_gradient(members.index(machine), len(members), perturb="bitflip" in faults)
+            dist.all_reduce(grad, group=groups["replay"][index])
+            return {"group": index, "digest": digest(grad)}
+    return {"group": None}
+
+
+STAGES = {"all_to_all": _all_to_all, "all_gather": _all_gather, "bitwise": _bitwise, "replay": _replay}
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
