@@ -32,6 +32,9 @@ FEATURES: tuple[str, ...] = (
     "sbe_rate", "pcie_rate", "nvlink_rate", "remap_corr_rate",
 )
 SLOW_BITS = 0x08 | 0x20 | 0x40 | 0x80
+# The smallest robust scale per feature: a deviation is measured in units no
+# finer than these (one stray ECC error is not "100 sigmas" off a quiet history).
+SCALE_FLOORS: tuple[float, ...] = (2.0, 2.0, 0.05, 0.25, 20.0, 10.0, 3.0, 3.0, 3.0, 2.0)
 
 
 class NodeFeatures:
@@ -140,6 +143,6 @@ def train(rows: list[list[float]], *, quantile: float = 0.002, trees: int = 100,
     scores = model.score_samples(x)
     center = np.median(x, axis=0)
     iqr = np.percentile(x, 75, axis=0) - np.percentile(x, 25, axis=0)
-    scale = np.maximum(np.maximum(iqr, 0.05 * np.abs(center)), 0.01)
+    scale = np.maximum(np.maximum(iqr, 0.05 * np.abs(center)), np.asarray(SCALE_FLOORS))
     return HealthModel(model=model, threshold=float(np.quantile(scores, quantile)), center=center.tolist(),
                        scale=scale.tolist(), trained_on={"samples": len(rows), "quantile": quantile, "trees": trees})

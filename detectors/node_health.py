@@ -6,7 +6,9 @@ its own it would flood. It therefore only reports `hw_fault` when both:
 * the node scores below the model's threshold in `confirm` consecutive
   scored samples, and
 * the latest sample shows hardware corroboration: growing single-bit ECC,
-  PCIe replay, NVLink or correctable-remap counters, or slow-throttled GPUs.
+  PCIe replay, NVLink or correctable-remap counters, well beyond (robust
+  z > 3) what the training history saw. Throttling alone is
+  left to the slowdown detector: a hot GPU is slow, not broken.
 
 Each node fires at most once per `cooldown_s`. Nodes are scored at most once
 per `score_every_s` of event time (scoring costs far more than parsing).
@@ -26,7 +28,7 @@ from detectors.common import Bounded, finding
 from detectors.health_model import FEATURES, HealthModel, NodeFeatures, train
 from schemas.records import Anomaly, NodeGpuSample, Record
 
-CORROBORATING = ("throttled_frac", "sbe_rate", "pcie_rate", "nvlink_rate", "remap_corr_rate")
+CORROBORATING = ("sbe_rate", "pcie_rate", "nvlink_rate", "remap_corr_rate")
 
 
 class NodeHealthDetector(Detector):
@@ -36,7 +38,7 @@ class NodeHealthDetector(Detector):
     >>> from schemas.records import NodeGpuSample, GpuStats
     >>> out = []
     >>> for t in range(4):
-    ...     gpus = [GpuStats(index=i, temp_c=95.0, throttle_reasons=0x40, ecc_sbe=50 * t, util_pct=90,
+    ...     gpus = [GpuStats(index=i, temp_c=95.0, throttle_reasons=0x40, ecc_sbe=500 * t, util_pct=90,
     ...                      sm_clock_mhz=900, max_sm_clock_mhz=1980) for i in range(8)]
     ...     out += d.observe(NodeGpuSample(ts=60.0 * t, node="bad", gpus=gpus))
     >>> [(a.kind, a.nodes) for a in out]
@@ -95,7 +97,7 @@ class NodeHealthDetector(Detector):
         run = (last[1] if last else 0) + 1
         onset = last[2] if last and last[1] > 0 else record.ts
         self._streak[record.node] = (record.ts, run, onset)
-        corroborated = {f: v for f, v in zip(FEATURES, x) if f in CORROBORATING and v > 0}
+        corroborated = self._corroboration(x)
         fired = self._fired.get(record.node)
         if run < self.confirm or not corroborated or (fired is not None and record.ts - fired < self.cooldown_s):
             return []
@@ -105,6 +107,13 @@ class NodeHealthDetector(Detector):
                                     "source": "node_health_model"}
         return [finding(self.instance, "hw_fault", ts=record.ts, onset=onset, job=record.job, nodes=[record.node],
                         score=score, key=record.node, evidence=evidence)]
+
+    def _corroboration(self, x: list[float]) -> dict[str, float]:
+        """Error-counter growth well beyond the training history (robust z > 3)."""
+        assert self._model is not None
+        m = self._model
+        return {f: v for i, (f, v) in enumerate(zip(FEATURES, x))
+                if f in CORROBORATING and v > 0 and (v - m.center[i]) / m.scale[i] > 3}
 
     def params(self) -> dict[str, Any]:
         return {"model_path": self.model_path, "confirm": self.confirm, "cooldown_s": self.cooldown_s,
