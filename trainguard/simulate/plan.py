@@ -157,16 +157,25 @@ def build_plan(scenario: Scenario, extra: list[FaultSpec] | None = None, seed_of
     return plan
 
 
-def latency_budget(kind: str, scenario: Scenario) -> float | None:
+def latency_budget(kind: str, scenario: Scenario, start: float) -> float | None:
     """The detection-latency target for a fault (issue 3, item 9), if it has one.
 
     One sample or step for hw_fault, nan and sdc (plus a second of slack for
-    delivery), max(60 s, 6 median steps) for a hang, two minutes for a slowdown.
+    delivery), max(60 s, 6 median steps) for a hang, two minutes for a
+    slowdown. A step-based fault that starts inside a checkpoint or eval
+    pause cannot show before the pause ends, so the pause is added.
     """
     job, rates = scenario.job, scenario.rates
     budgets = {"hw_fault": rates.gpu_sample_s + 1.0, "nan": job.step_time_s * 1.5 + 1.0,
                "sdc": job.step_time_s * 1.5 + 1.0, "hang": max(60.0, 6 * job.step_time_s), "slowdown": 120.0}
-    return budgets.get(kind)
+    budget = budgets.get(kind)
+    if budget is None or kind == "hw_fault":
+        return budget
+    offset = start - scenario.start_ts
+    for every, pause in ((job.checkpoint_every_s, job.checkpoint_pause_s), (job.eval_every_s, job.eval_pause_s)):
+        if every and offset % every < pause + job.step_time_s * 1.5:
+            budget += pause + job.step_time_s * 1.5
+    return budget
 
 
 def labels(plan: list[Fault], scenario: Scenario, node_names: list[str]) -> list[dict[str, Any]]:
@@ -185,5 +194,5 @@ def labels(plan: list[Fault], scenario: Scenario, node_names: list[str]) -> list
                     "nodes": nodes, "ranks": ranks, "variant": f.variant,
                     **({"gpu": f.gpu} if f.kind == "hw_fault" else {}),
                     **({"magnitude": round(f.magnitude, 4)} if f.magnitude else {}),
-                    "latency_budget_s": latency_budget(f.kind, scenario)})
+                    "latency_budget_s": latency_budget(f.kind, scenario, f.start)})
     return out

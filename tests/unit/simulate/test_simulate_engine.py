@@ -144,3 +144,10 @@ def test_oom_after_a_config_change_runs_a_few_steps_on_the_new_code_version() ->
     assert {s.code_version for s in steps} == {"v1+oom"} and {s.attempt for s in steps} == {1}
     oom = [r for r in of(records, LogEvent, 700) if r.category == "traceback"]
     assert oom and oom[0].ts > max(s.ts for s in steps) and "OutOfMemoryError" in oom[0].message
+
+
+def test_latency_budget_allows_for_a_pause_the_fault_starts_in() -> None:
+    _, in_pause = simulate([{"kind": "sdc", "at_s": 605}])
+    _, outside = simulate([{"kind": "sdc", "at_s": 700}])
+    assert outside[0]["latency_budget_s"] == pytest.approx(5.0 * 1.5 + 1.0)
+    assert in_pause[0]["latency_budget_s"] == pytest.approx(5.0 * 1.5 + 1.0 + 30.0 + 7.5)
