@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -117,12 +116,3 @@ def _signal_group(pid: int, signum: int) -> None:
     except ProcessLookupError:
         pass  # already gone
 
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
-    """Poll until `predicate()` holds or `timeout_s` passes."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval_s)
-    return True
