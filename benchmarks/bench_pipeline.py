@@ -1,0 +1,218 @@
+"""The live pipeline: one real worker process, the real local broker, the default detectors.
+
+1. **Throughput.** Pre-load the input topics with N realistic events of a
+   fleet (an 8-GPU sample per node per second, a step per rank every
+   `step_s`, a heartbeat per rank every 5 s), then start one worker and time
+   how fast it drains them, read from its own Prometheus counters (so Faust's
+   start-up is not counted).
+2. **Latency.** Start a fresh worker, produce the same mix at 50% of the
+   measured rate, and every 0.25 s inject a NaN step (for a job of its own)
+   whose `ts` is its send time; the event-to-anomaly latency is when the
+   anomaly arrives on the anomalies topic minus that `ts`.
+
+Targets: >= 50k events/s per worker, p99 <= 1 s. Prints figures only.
+Everything (producer, worker, broker) shares this machine's cores, so the
+numbers are a floor for a dedicated worker host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+from kafka import KafkaConsumer, KafkaProducer
+
+from benchmarks.bench_codec import sample
+from schemas.codec import Codec
+from schemas.records import Heartbeat, NodeGpuSample, Record, TrainingStep
+from schemas.topics import Topics, key_for
+from streams.admin import ensure_topics
+from trainguard.settings import load_settings
+
+RANKS_PER_NODE = 8
+HEARTBEAT_S = 5
+
+
+def fleet_second(nodes: int, t: float, second: int, *, step_s: int = 10) -> Iterator[Record]:
+    """The events a healthy `nodes`-node job emits in one second of event time."""
+    template = sample()
+    for n in range(nodes):
+        node = f"node-{n:04d}"
+        yield NodeGpuSample(ts=t, node=node, job="bench", gpus=template.gpus)
+        for r in range(n * RANKS_PER_NODE, (n + 1) * RANKS_PER_NODE):
+            if (second + r) % step_s == 0:
+                yield TrainingStep(ts=t, job="bench", rank=r, node=node, step=second // step_s, loss=2.1,
+                                   grad_norm=0.9, step_time_s=float(step_s), tokens=4_194_304, mfu=0.41)
+            if (second + r) % HEARTBEAT_S == 0:
+                yield Heartbeat(ts=t, job="bench", rank=r, node=node, step=second // step_s)
+
+
+def events_per_node_s(step_s: int = 10) -> float:
+    """Events per node per second of the mix (1 GPU sample + steps + heartbeats)."""
+    return 1 + RANKS_PER_NODE / step_s + RANKS_PER_NODE / HEARTBEAT_S
+
+
+def _producer(servers: str) -> KafkaProducer:
+    return KafkaProducer(bootstrap_servers=servers, acks=1, linger_ms=20, batch_size=512 * 1024,
+                         max_request_size=8 * 1024 * 1024)
+
+
+def preload(servers: str, topics: Topics, nodes: int, count: int) -> int:
+    """Produce about `count` events of a `nodes`-node fleet; return how many."""
+    codec, producer, sent, second = Codec(), _producer(servers), 0, 0
+    t0 = time.time() - 3600
+    while sent < count:
+        for record in fleet_second(nodes, t0 + second, second):
+            producer.send(topics.for_record(record), key=key_for(record), value=codec.encode(record))
+            sent += 1
+        second += 1
+    producer.flush()
+    producer.close()
+    return sent
+
+
+@contextmanager
+def worker(servers: str, prefix: str, workdir: Path) -> Iterator[int]:
+    """A real `trainguard worker` process; yields its metrics port."""
+    port = 19_000 + uuid.uuid4().int % 2000
+    config = {"broker": {"bootstrap": servers}, "topics": {"prefix": prefix},
+              "worker": {"app_id": f"bench-{prefix}", "state_dir": str(workdir / prefix)},
+              "metrics": {"port": port}}
+    path = workdir / f"{prefix}yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = (workdir / f"{prefix}log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "trainguard.cli", "-c", str(path), "worker"],
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        yield port
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def processed(port: int) -> float | None:
+    """The worker's `trainguard_worker_events_total`, summed; None until it serves."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+            lines = resp.read().decode().splitlines()
+    except OSError:
+        return None
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("trainguard_worker_events_total{"))
+
+
+def measure_throughput(servers: str, workdir: Path, nodes: int, count: int) -> float:
+    """Events/s one worker sustains draining a pre-loaded backlog."""
+    prefix = f"bench{uuid.uuid4().hex[:6]}."
+    topics = Topics(prefix)
+    ensure_topics(servers, topics.all(), partitions=load_settings().topics.partitions, replication=1)
+    total = preload(servers, topics, nodes, count)
+    print(f"  pre-loaded {total:,} events ({nodes} nodes x {total // max(1, int(nodes * events_per_node_s()))} s)")
+    with worker(servers, prefix, workdir) as port:
+        first: tuple[float, float] | None = None
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            done = processed(port)
+            now = time.perf_counter()
+            if done and first is None:
+                first = (now, done)
+            if done is not None and done >= total and first is not None:
+                return (done - first[1]) / (now - first[0])
+            time.sleep(0.1)
+    raise RuntimeError("the worker did not drain the backlog within 10 minutes")
+
+
+def measure_latency(servers: str, workdir: Path, rate: float, seconds: float) -> list[float]:
+    """Event-to-anomaly latencies (s) of NaN steps injected into a steady `rate` events/s."""
+    prefix = f"lat{uuid.uuid4().hex[:6]}."
+    topics = Topics(prefix)
+    ensure_topics(servers, topics.all(), partitions=load_settings().topics.partitions, replication=1)
+    codec, producer = Codec(), _producer(servers)
+    sent_at: dict[str, float] = {}
+    latencies: list[float] = []
+    stop = threading.Event()
+
+    def collect() -> None:
+        consumer = KafkaConsumer(topics.name("anomalies"), bootstrap_servers=servers, auto_offset_reset="earliest")
+        while not stop.is_set():
+            for messages in consumer.poll(timeout_ms=100).values():
+                now = time.time()
+                for msg in messages:
+                    anomaly = codec.decode(msg.value)
+                    if anomaly.kind == "nan" and anomaly.job in sent_at:
+                        latencies.append(now - anomaly.ts)
+        consumer.close()
+
+    with worker(servers, prefix, workdir) as port:
+        while processed(port) is None:
+            time.sleep(0.2)
+        time.sleep(5)  # let Faust join the group and fetch
+        listener = threading.Thread(target=collect, daemon=True)
+        listener.start()
+        nodes = max(1, int(rate / events_per_node_s()))  # a fleet that emits `rate` events/s
+        start, second, next_nan, sent = time.time(), 0, time.time(), 0
+        while time.time() - start < seconds:
+            tick = time.time()
+            for record in fleet_second(nodes, tick, second):
+                producer.send(topics.for_record(record), key=key_for(record), value=codec.encode(record))
+                sent += 1
+                if time.time() >= next_nan:
+                    job = f"nan-{len(sent_at)}"
+                    nan = TrainingStep(ts=time.time(), job=job, rank=0, node="node-0000", step=1, loss="nan")
+                    sent_at[job] = nan.ts
+                    producer.send(topics.for_record(nan), key=key_for(nan), value=codec.encode(nan))
+                    next_nan += 0.25
+            producer.flush()
+            second += 1
+            time.sleep(max(0.0, tick + 1 - time.time()))
+        time.sleep(3)
+        stop.set()
+        listener.join(timeout=10)
+    producer.close()
+    print(f"  produced {sent / seconds:,.0f} events/s (asked {rate:,.0f}) for {seconds:.0f} s; {len(sent_at)} NaN steps injected, "
+          f"{len(latencies)} anomalies received")
+    return latencies
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_pipeline", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=300_000, help="backlog size for the throughput run")
+    parser.add_argument("--nodes", type=int, default=512, help="fleet size the events describe")
+    parser.add_argument("--latency-s", type=float, default=30.0, help="length of the latency run")
+    args = parser.parse_args(argv)
+    servers = load_settings().broker.servers
+    with tempfile.TemporaryDirectory(prefix="tg-bench-") as tmp:
+        rate = measure_throughput(servers, Path(tmp), args.nodes, args.events)
+        per_node = events_per_node_s()
+        print(f"throughput: {rate:,.0f} events/s per worker (target >= 50,000)")
+        print(f"  = {rate * 8:,.0f} GPUs at 1 Hz counting GPU samples only (1 event per 8-GPU node per second)")
+        print(f"  = {rate / per_node * 8:,.0f} GPUs with the full mix ({per_node:.1f} events per node per second)")
+        lat = measure_latency(servers, Path(tmp), rate / 2, args.latency_s)
+    print(f"latency at 50% load: p50 {percentile(lat, 0.5) * 1000:,.0f} ms, p99 {percentile(lat, 0.99) * 1000:,.0f} ms "
+          f"(target p99 <= 1,000 ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
