@@ -202,6 +202,7 @@ def record(out: Path | str, *, servers: str, topics: Topics, logical: Iterable[s
 
     Messages that do not decode are not lost: they go, base64-encoded with
     their topic, partition, offset and reason, to `<out>.rejected.jsonl`.
+    Raises `LookupError` when none of the topics exists.
     """
     from kafka import KafkaConsumer, TopicPartition
 
@@ -210,6 +211,8 @@ def record(out: Path | str, *, servers: str, topics: Topics, logical: Iterable[s
     consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, consumer_timeout_ms=500)
     try:
         parts = [TopicPartition(n, p) for n in names for p in sorted(consumer.partitions_for_topic(n) or ())]
+        if not parts:
+            raise LookupError(f"none of the topics {', '.join(names)} exists on {servers}")
         consumer.assign(parts)
         if from_beginning:
             consumer.seek_to_beginning(*parts)

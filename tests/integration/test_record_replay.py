@@ -84,3 +84,13 @@ def test_replay_and_record_commands(kafka: str, topic_prefix: str, tmp_path: Pat
     assert per_key(list(read_recording(out))) == per_key(original)
     with pytest.raises(SystemExit):
         main(["replay", str(bad), "--speed", "-3"])
+
+
+def test_record_refuses_topics_that_do_not_exist(kafka: str, topic_prefix: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TRAINGUARD_TOPICS__PREFIX", f"{topic_prefix}missing.")
+    assert main(["record", "--out", str(tmp_path / "r.jsonl"), "--timeout", "5"]) == 2
+    assert "none of the topics" in capsys.readouterr().err
+    assert not (tmp_path / "r.jsonl").exists()
+    assert main(["record", "--out", str(tmp_path / "r.jsonl")]) == 2  # neither --timeout nor --max-events

@@ -33,9 +33,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print("trainguard record: give --timeout S or --max-events N (or both)", file=sys.stderr)
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    stats = record(args.out, servers=settings.broker.servers, topics=Topics(settings.topics.prefix),
-                   logical=args.topics, timeout_s=args.timeout, max_events=args.max_events,
-                   from_beginning=not args.from_end)
+    try:
+        stats = record(args.out, servers=settings.broker.servers, topics=Topics(settings.topics.prefix),
+                       logical=args.topics, timeout_s=args.timeout, max_events=args.max_events,
+                       from_beginning=not args.from_end)
+    except LookupError as exc:
+        print(f"trainguard record: {exc}", file=sys.stderr)
+        return 2
     print(f"recorded {stats.written} events to {args.out}"
           + (f"; {stats.rejected} undecodable messages in {args.out}.rejected.jsonl" if stats.rejected else ""))
     return 0
