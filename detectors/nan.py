@@ -15,7 +15,7 @@ class NanDetector(Detector):
     Every rank of a data-parallel job usually reports the same NaN at the same
     step; they are one fault. The detector fires once per (job, step) with the
     earliest rank that reported it, and stays quiet for later steps of the
-    same episode until a finite step is seen again (or the job restarts:
+    same episode until that rank reports a finite step again (or the job restarts:
     a new `attempt` opens a new episode, so a NaN recurring after a restart
     is reported again).
 
@@ -31,7 +31,7 @@ class NanDetector(Detector):
 
     def __init__(self, *, instance: str = "nan") -> None:
         super().__init__(instance=instance)
-        self._open: dict[str, tuple[int, int]] = {}  # job -> (attempt, step) of the open NaN episode
+        self._open: dict[str, tuple[int, int, int]] = {}  # job -> (attempt, step, rank) of the open episode
 
     def observe(self, record: Record) -> list[Anomaly]:
         if not isinstance(record, TrainingStep):
@@ -46,7 +46,7 @@ class NanDetector(Detector):
         episode = self._open.get(record.job)
         if episode is not None and episode[0] >= record.attempt:
             return []
-        self._open[record.job] = (record.attempt, record.step)
+        self._open[record.job] = (record.attempt, record.step, record.rank)
         return [
             Anomaly(
                 ts=record.ts,
@@ -63,9 +63,10 @@ class NanDetector(Detector):
         ]
 
     def _healthy(self, record: TrainingStep) -> list[Anomaly]:
-        """A finite step closes the job's episode once past the bad step (or on a restart)."""
+        """The episode closes when its rank is finite again past the bad step, or on a restart."""
         episode = self._open.get(record.job)
-        if episode is not None and (record.attempt != episode[0] or record.step > episode[1]):
+        if episode is not None and (record.attempt != episode[0] or
+                                    (record.step > episode[1] and record.rank == episode[2])):
             del self._open[record.job]
         return []
 
