@@ -41,6 +41,7 @@ class NodeHardware:
         self._dbe = [0] * gpus
         self._remapped = [0] * gpus
         self._nvlink = [self._rng.randrange(0, 5) for _ in range(gpus)]
+        self._remap_failed = [False] * gpus
         self._tx = [0] * ports
         self._rx = [0] * ports
         self._downed = [0] * ports
@@ -83,10 +84,16 @@ class NodeHardware:
         elif f.variant == "dbe" and first:
             self._dbe[f.gpu] += self._rng.randint(1, 4)
             self._remapped[f.gpu] += 1
+        elif f.variant == "remap_failed" and first:
+            self._dbe[f.gpu] += 1
+            self._remapped[f.gpu] += 1
+            xids.append(XidEvent(gpu=f.gpu, code=64, ts=f.start, message=XID_TEXT[64]))
         elif f.variant == "nvlink" and f.active(ts):
             self._nvlink[f.gpu] += self._rng.randint(60, 900)
         if f.active(ts) and (f.variant == "lost" or (f.variant == "xid" and f.code == 79)):
             lost.add(f.gpu)
+        if f.variant == "remap_failed":
+            self._remap_failed[f.gpu] = f.active(ts)  # until the GPU is replaced at the fault's end
 
     def _gpu(self, i: int, ts: float, util: float, drift: float, slow: Fault | None, lost: bool) -> GpuStats:
         rng = self._rng
@@ -116,6 +123,7 @@ class NodeHardware:
             power_w=round(max(60.0, power), 1), temp_c=round(temp + rng.gauss(0.0, 0.4), 1),
             throttle_reasons=throttle, ecc_sbe=self._sbe[i], ecc_dbe=self._dbe[i],
             remapped_uncorrectable=self._remapped[i], remap_pending=self._remapped[i] > 0,
+            remap_failed=self._remap_failed[i],
             nvlink_errors=self._nvlink[i],
         )
 

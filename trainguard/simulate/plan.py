@@ -27,7 +27,8 @@ DEFAULT_DURATION_S: dict[str, float] = {
 EVICTING_XIDS: tuple[int, ...] = (48, 79, 94, 95, 63, 64, 92, 119)
 BENIGN_XIDS: tuple[int, ...] = (13, 31, 43)
 # Faults after which the job is torn down and restarted from its last checkpoint.
-RESTARTING = {("hw_fault", "xid"), ("hw_fault", "dbe"), ("hw_fault", "lost"), ("network", "port_down"),
+RESTARTING = {("hw_fault", "xid"), ("hw_fault", "dbe"), ("hw_fault", "lost"), ("hw_fault", "remap_failed"),
+              ("network", "port_down"),
               ("hang", "dataloader"), ("hang", "collective"), ("hang", "cuda_sync"), ("nan", "loss"),
               ("nan", "grad"), ("sdc", "checksum"), ("user_error", "import_error"),
               ("user_error", "shape_mismatch"), ("user_error", "syntax_error"), ("user_error", "oom")}

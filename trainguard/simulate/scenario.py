@@ -19,7 +19,7 @@ FaultKind = Literal["hw_fault", "network", "hang", "slowdown", "nan", "loss_spik
 
 # The variants each kind can take; the first is the default.
 VARIANTS: dict[str, tuple[str, ...]] = {
-    "hw_fault": ("xid", "dbe", "lost", "nvlink"),
+    "hw_fault": ("xid", "dbe", "lost", "nvlink", "remap_failed"),
     "network": ("port_down", "error_burst"),
     "hang": ("dataloader", "collective", "cuda_sync"),
     "slowdown": ("thermal", "power", "silent"),

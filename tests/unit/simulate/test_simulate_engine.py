@@ -151,3 +151,12 @@ def test_latency_budget_allows_for_a_pause_the_fault_starts_in() -> None:
     _, outside = simulate([{"kind": "sdc", "at_s": 700}])
     assert outside[0]["latency_budget_s"] == pytest.approx(5.0 * 1.5 + 1.0)
     assert in_pause[0]["latency_budget_s"] == pytest.approx(5.0 * 1.5 + 1.0 + 30.0 + 7.5)
+
+
+def test_remap_failure_sets_the_flag_until_the_gpu_is_replaced() -> None:
+    records, labels = simulate([{"kind": "hw_fault", "at_s": 700, "node": 0, "gpu": 1, "variant": "remap_failed",
+                                 "duration_s": 200}])
+    flags = [(s.ts - T0, s.gpus[1].remap_failed) for s in of(records, NodeGpuSample) if s.node == "gpu-node-000"]
+    assert all(flag == (700 <= t < 900) for t, flag in flags if t < 700 or 712 <= t)
+    assert any(x.code == 64 for s in of(records, NodeGpuSample, 700, 712) for x in s.xids)
+    assert labels[0]["gpu"] == 1 and labels[0]["ranks"] == []
