@@ -53,7 +53,11 @@ class StepModel:
         drift = 1.0 + job.drift * math.sin(2 * math.pi * (t % DAY_S) / DAY_S)
         common = rng.lognormvariate(0.0, job.step_noise) * drift
         base = job.step_time_s * (1.0 - job.comm_fraction) * common
-        slow = {f.node: 1.0 / (1.0 - f.magnitude) for f in self.faults if f.kind == "slowdown" and f.active(t)}
+        # Slow the straggler's compute so that the *job's* throughput drops by `magnitude`:
+        # step / (1 - m) = compute * factor + comm  =>  factor = (1 / (1 - m) - c) / (1 - c).
+        c = job.comm_fraction
+        slow = {f.node: (1.0 / (1.0 - f.magnitude) - c) / (1.0 - c)
+                for f in self.faults if f.kind == "slowdown" and f.active(t)}
         gpn = self.lay.gpus_per_node
         self._compute = [base * rng.lognormvariate(0.0, 0.01) * slow.get(r // gpn, 1.0)
                          for r in range(self.lay.world)]
