@@ -96,7 +96,7 @@ class NetworkDetector(Detector):
                 state.first_bad = state.last_bad = None
                 state.fired = False
             return None
-        if state.first_bad is None or ts - (state.last_bad or ts) > self.confirm_window_s:
+        if state.first_bad is None or state.last_bad is None or ts - state.last_bad > self.confirm_window_s:
             state.first_bad, state.last_bad = ts, ts
             return None
         state.last_bad = ts

@@ -60,7 +60,7 @@ class StragglerTracker:
     ([5], ['n1'], 'peers')
     """
 
-    def __init__(self, *, z: float = 4.0, min_rel: float = 0.05, window: int = 12, min_hits: int = 3,
+    def __init__(self, *, z: float = 4.0, min_rel: float = 0.05, window: int = 12, min_hits: int = 2,
                  max_jobs: int = 10_000) -> None:
         self.z = z
         self.min_rel = min_rel

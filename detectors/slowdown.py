@@ -28,6 +28,8 @@ from detectors.common import Bounded, Rolling, finding, median
 from detectors.peers import GpuSlowSignals, StragglerTracker
 from schemas.records import Anomaly, NodeGpuSample, Record, TrainingStep
 
+GUARD = 5  # the newest steps stay out of the baseline, so a fresh slowdown does not teach it
+
 
 class _Series:
     __slots__ = ("leader", "attempt", "last_step", "last_ts", "recent", "base", "hits", "episode", "rising",
@@ -78,7 +80,7 @@ class SlowdownDetector(Detector):
         recent_s: float = 40.0,
         confirm: int = 2,
         baseline_n: int = 120,
-        min_baseline: int = 30,
+        min_baseline: int = 20,
         accept_s: float = 3600.0,
         localise_wait_s: float = 45.0,
         straggler_z: float = 4.0,
@@ -122,9 +124,9 @@ class SlowdownDetector(Detector):
         return self._update(s, rec, value)
 
     def _update(self, s: _Series, rec: TrainingStep, value: float) -> list[Anomaly]:
-        if len(s.recent) == s.recent.maxlen and s.episode is None:
-            s.base.add(s.recent[0][1])
         s.recent.append((rec.ts, value))
+        if len(s.recent) > GUARD and s.episode is None:
+            s.base.add(s.recent[-GUARD - 1][1])  # each value enters the baseline once, GUARD steps late
         if len(s.base) < self.min_baseline:
             return []
         base = s.base.median()

@@ -31,6 +31,7 @@ class Fleet:
     step: int = 0
     attempt: int = 0
     slow: dict[int, float] = field(default_factory=dict)  # rank -> compute-time factor
+    hot: dict[int, dict[str, object]] = field(default_factory=dict)  # node index -> GPU 0 overrides
     rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
@@ -84,7 +85,8 @@ class Fleet:
             name = self.node(n * self.gpus)
             base: dict[str, object] = {"temp_c": 60.0, "sm_clock_mhz": 1900, "max_sm_clock_mhz": 1980,
                                        "util_pct": 95}
-            gpus = [GpuStats(index=i, **{**base, **(gpu if (n == gpu_node and i == 0 and gpu) else {})})  # type: ignore
+            extra = gpu if (n == gpu_node and gpu) else self.hot.get(n, {})
+            gpus = [GpuStats(index=i, **{**base, **(extra if i == 0 else {})})  # type: ignore
                     for i in range(self.gpus)]
             out.append(NodeGpuSample(ts=self.ts + 0.02, node=name, gpus=gpus, xids=(xids or {}).get(n, []),
                                      job=self.job))

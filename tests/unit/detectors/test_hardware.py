@@ -1,0 +1,81 @@
+"""hw_fault and the XID table: what evicts, what does not, counters and resets."""
+
+from __future__ import annotations
+
+import pytest
+
+from detectors.hardware import HardwareDetector
+from detectors.xid import classify
+from schemas.records import GpuStats, NodeGpuSample, XidEvent
+
+
+def sample(ts: float, *, xids: list[int] = (), nvml_ok: bool = True, **gpu0: object) -> NodeGpuSample:
+    gpus = [GpuStats(index=0, **gpu0), GpuStats(index=1)]  # type: ignore[arg-type]
+    return NodeGpuSample(ts=ts, node="n7", job="j", nvml_ok=nvml_ok,
+                         gpus=gpus if nvml_ok else [], xids=[XidEvent(gpu=0, code=c, ts=ts - 1) for c in xids])
+
+
+@pytest.mark.parametrize("code,severity", [
+    (13, "application"), (31, "application"), (43, "application"), (45, "application"),
+    (48, "fatal"), (63, "fatal"), (64, "fatal"), (74, "fatal"), (79, "fatal"), (92, "fatal"),
+    (94, "fatal"), (95, "fatal"), (119, "fatal"), (120, "fatal"), (4242, "unknown"),
+])
+def test_xid_table(code: int, severity: str) -> None:
+    assert classify(code).severity == severity
+
+
+@pytest.mark.parametrize("first,second,fires,cause", [
+    ({}, {"xids": [13]}, False, None),
+    ({}, {"xids": [31, 43]}, False, None),
+    ({}, {"xids": [79]}, True, "xid"),
+    ({}, {"xids": [48]}, True, "xid"),
+    ({"ecc_dbe": 2}, {"ecc_dbe": 3}, True, "ecc_dbe_growth"),
+    ({"ecc_dbe": 2}, {"ecc_dbe": 2}, False, None),
+    ({"ecc_dbe": 9}, {"ecc_dbe": 0}, False, None),  # a reset is not growth
+    ({"remapped_uncorrectable": 1}, {"remapped_uncorrectable": 2}, True, "remap_uncorrectable_growth"),
+    ({}, {"remap_failed": True}, True, "remap_failed"),
+    ({}, {"lost": True}, True, "gpu_lost"),
+    ({"nvlink_errors": 100}, {"nvlink_errors": 105}, False, None),
+    ({"nvlink_errors": 100}, {"nvlink_errors": 160}, True, "nvlink_burst"),
+    ({}, {"ecc_sbe": 50, "temp_c": 95.0}, False, None),  # not a hw fault on its own
+])
+def test_one_sample_is_enough(first: dict[str, object], second: dict[str, object], fires: bool,
+                              cause: str | None) -> None:
+    d = HardwareDetector()
+    xids = second.pop("xids", [])  # type: ignore[arg-type]
+    assert d.observe(sample(10.0, **first)) == []
+    out = d.observe(sample(20.0, xids=xids, **{**first, **second}))  # type: ignore[arg-type]
+    assert bool(out) == fires
+    if fires:
+        assert out[0].kind == "hw_fault" and out[0].nodes == ["n7"] and out[0].gpus == ["n7:0"]
+        assert out[0].evidence["findings"][0]["cause"] == cause
+        assert out[0].job == "j"
+
+
+def test_counter_reset_then_growth_fires_again_from_the_new_baseline() -> None:
+    d = HardwareDetector()
+    d.observe(sample(0.0, ecc_dbe=5))
+    assert d.observe(sample(10.0, ecc_dbe=0)) == []
+    assert d.observe(sample(20.0, ecc_dbe=1)) != []
+
+
+def test_unobserved_sample_changes_nothing() -> None:
+    d = HardwareDetector()
+    d.observe(sample(0.0, ecc_dbe=1))
+    assert d.observe(sample(10.0, nvml_ok=False)) == []
+    assert d.observe(sample(20.0, ecc_dbe=2)) != []  # growth measured against the last *observed* value
+
+
+def test_vanished_gpu_is_lost_and_repeats_are_deduplicated() -> None:
+    d = HardwareDetector()
+    d.observe(sample(0.0))
+    gone = NodeGpuSample(ts=10.0, node="n7", gpus=[GpuStats(index=0)])
+    out = d.observe(gone)
+    assert out and out[0].gpus == ["n7:1"] and out[0].evidence["findings"][0]["cause"] == "gpu_missing"
+    assert d.observe(NodeGpuSample(ts=20.0, node="n7", gpus=[GpuStats(index=0)])) == []
+    assert d.observe(sample(30.0, xids=[79])) != []
+    assert d.observe(sample(40.0, xids=[79])) == []  # same GPU, same code, within the cooldown
+
+
+def test_extra_fatal_xids_are_configurable() -> None:
+    assert HardwareDetector(extra_fatal_xids=[13]).observe(sample(1.0, xids=[13])) != []

@@ -1,0 +1,79 @@
+"""nan, loss_spike and sdc: first step, earliest rank, protected baselines, majority vote."""
+
+from __future__ import annotations
+
+import pytest
+from detector_fleet import Fleet
+
+from detectors.loss_spike import LossSpikeDetector
+from detectors.nan import NanDetector
+from detectors.sdc import SdcDetector
+from schemas.records import Anomaly, JobTopology, Record, TrainingStep
+
+
+def feed(d: object, records: list[Record]) -> list[Anomaly]:
+    return [a for r in records for a in d.observe(r)]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("bad", [{"loss": "nan"}, {"loss": "inf"}, {"grad_norm": "-inf"}, {"grad_norm": "nan"}])
+def test_nan_first_step_earliest_rank_once(bad: dict[str, object]) -> None:
+    f, d = Fleet(), NanDetector()
+    feed(d, f.steps(5))
+    out = feed(d, f.steps(3, bad={5: bad, 9: bad}))
+    assert [(a.kind, a.step, a.ranks) for a in out] == [("nan", 6, [5])]
+
+
+def test_nan_recurring_after_restart_is_reported_again_and_is_sdc_evidence() -> None:
+    f, nan, sdc = Fleet(), NanDetector(), SdcDetector()
+    records = f.steps(5) + f.steps(1, bad={2: {"loss": "nan"}})
+    f.attempt, f.step = 1, 3
+    records += f.steps(2) + f.steps(1, bad={2: {"loss": "nan"}})
+    assert [a.step for a in feed(nan, records)] == [6, 6]
+    found = feed(sdc, records)
+    assert [(a.kind, a.evidence["cause"], a.ranks) for a in found] == [("sdc", "nan_recurs_after_restart", [2])]
+
+
+@pytest.mark.parametrize("field,factor,fires", [
+    ("loss", 5.5, True), ("loss", 30.0, True), ("loss", 3.0, False), ("grad_norm", 8.0, True),
+    ("grad_norm", 2.0, False),
+])
+def test_loss_spike_ratio_table(field: str, factor: float, fires: bool) -> None:
+    f, d = Fleet(), LossSpikeDetector()
+    feed(d, f.steps(30))
+    base = 2.0 if field == "loss" else 1.0
+    out = feed(d, f.steps(1, bad={7: {field: base * factor}}))
+    assert bool(out) == fires
+    if fires:
+        assert out[0].ranks == [7] and out[0].evidence["field"] == field
+
+
+def test_loss_spike_baseline_is_protected_from_what_it_flags() -> None:
+    f, d = Fleet(), LossSpikeDetector(ratio=5.0)
+    feed(d, f.steps(30))
+    spiking = {r: {"loss": 20.0} for r in range(f.world)}
+    out = feed(d, f.steps(40, bad=spiking))  # a long plateau of spikes: one episode ...
+    assert len(out) == 1
+    assert d._jobs["job-a"].base["loss"].median() < 3.0  # ... and the baseline never learned it
+    assert feed(d, f.steps(5)) == []
+
+
+def test_sdc_majority_vote_names_the_odd_replica() -> None:
+    f, d = Fleet(nodes=4, gpus=4, tp=2, pp=1), SdcDetector()
+    feed(d, f.steps(3))
+    out = feed(d, f.steps(2, checksum_of={10: "bitflip"}))  # rank 10 = dp 5, tp 0
+    assert [(a.kind, a.ranks, a.nodes, a.group, a.step) for a in out] == [("sdc", [10], ["node-02"], "tp:0,pp:0", 4)]
+    assert feed(d, f.steps(3, checksum_of={10: "bitflip"})) == []  # once per attempt
+
+
+def test_sdc_uses_topology_and_flags_a_two_way_tie_as_ambiguous() -> None:
+    d = SdcDetector()
+    d.observe(JobTopology(ts=0.0, job="j", world_size=2, dp=2))
+    recs = [TrainingStep(ts=1.0, job="j", rank=r, node=f"n{r}", step=1, loss=1.0, dp=r, checksum=c)
+            for r, c in ((0, "a"), (1, "b"))]
+    out = feed(d, recs)
+    assert len(out) == 1 and out[0].evidence["ambiguous"] and out[0].ranks == [0, 1]
+
+
+def test_sdc_missing_checksums_are_fine() -> None:
+    f, d = Fleet(), SdcDetector()
+    assert feed(d, f.steps(10, bad={r: {"checksum": None} for r in range(f.world)})) == []
