@@ -147,6 +147,8 @@ def build_plan(scenario: Scenario, extra: list[FaultSpec] | None = None, seed_of
     plan: list[Fault] = []
     end_limit = scenario.start_ts + scenario.duration_s
     for spec, explicit in specs:
+        if spec.kind == "sdc" and Layout.of(scenario.job).dp < 2:
+            continue  # without DP replicas there is nothing to diverge from (explicit ones are refused earlier)
         fault = resolve(spec, len(plan), scenario, rng)
         clash = plan and fault.start < plan[-1].end + SETTLE_S + scenario.job.restart_delay_s
         if clash or fault.end > end_limit:

@@ -143,6 +143,8 @@ class Scenario(_Strict):
                 raise ValueError(f"faults.{i}.gpu: {fault.gpu} but nodes have {self.job.gpus_per_node} GPUs")
             if fault.rank is not None and fault.rank >= self.job.nodes * self.job.gpus_per_node:
                 raise ValueError(f"faults.{i}.rank: {fault.rank} is outside the world size")
+            if fault.kind == "sdc" and self.job.nodes * self.job.gpus_per_node < 2 * self.job.tp * self.job.pp:
+                raise ValueError(f"faults.{i}.kind: sdc needs data parallelism (dp >= 2) to compare replicas")
         return self
 
 
@@ -156,6 +158,8 @@ def parse_scenario(data: object, source: str = "scenario") -> Scenario:
         value = err.get("input")
         shown = "" if isinstance(value, (dict, list)) else f" (got {value!r})"
         msg = str(err["msg"]).removeprefix("Value error, ")
+        if not err["loc"]:  # scenario-wide checks name their key in the message
+            raise ScenarioError(f"{source}: {msg}") from None
         raise ScenarioError(f"{source}: {key}: {msg}{shown}") from None
 
 
