@@ -11,6 +11,8 @@ node, when the command names nodes):
   TRAINGUARD_CODE_VERSION set (no rescheduling), resume params if given.
 * `dump_stacks` {repeat, interval_s}: publish `StackSample`s of every
   training process (periodically when repeat > 1, e.g. during a hang).
+  The agent also does this on its own while the hook's progress files show
+  a process stuck on one step (`HangWatch`).
 * `stop`: stop the training process.
 * `self_check`, `replay_regroup`: run the self-check command with the
   command's JSON; its stdout (a JSON object) becomes the result's details.
@@ -35,6 +37,7 @@ from typing import Any, Protocol
 import msgspec
 
 from collectors.agent_state import AgentState, StateFile
+from collectors.hang_watch import HangWatch, read_progress
 from collectors.logs import LogParser
 from collectors.stacks import StackSampler
 from collectors.supervisor import ProcessSupervisor, env_of
@@ -68,6 +71,7 @@ class Agent:
     def __init__(self, *, job: str, node: str, argv: Sequence[str], sink: Sink, hmac_key: bytes, state_dir: Path,
                  grace_s: float = 30.0, selfcheck_command: Sequence[str] = ("trainguard", "selfcheck"),
                  selfcheck_timeout_s: float = 600.0, stack_timeout_s: float = 5.0,
+                 hang_suspect_s: float = 300.0, hang_stack_every_s: float = 60.0,
                  tee: Callable[[str], None] = print, clock: Callable[[], float] = time.time,
                  env: dict[str, str] | None = None) -> None:
         self.job, self.node = job, node
@@ -82,6 +86,9 @@ class Agent:
         self.state: AgentState = self._state_file.load(now=clock(), env=env)
         self._state_file.save(self.state)
         self.stack_dir = state_dir / "stacks"
+        self.progress_dir = state_dir / "progress" / f"{job}-{node}"
+        self._hang = HangWatch(suspect_after_s=hang_suspect_s, sample_every_s=hang_stack_every_s) \
+            if hang_suspect_s > 0 else None
         self._stacks = StackSampler(stack_dir=self.stack_dir, timeout_s=stack_timeout_s)
         self._parser = LogParser(node=node, source="training", job=job)
         self._parser_lock = threading.Lock()
@@ -95,7 +102,8 @@ class Agent:
         """Start (or restart) the training command with the current state's environment."""
         self.exit_code = None
         self.stopped_by_command = False
-        env = {**self.state.child_env(), "TRAINGUARD_STACK_DIR": str(self.stack_dir)}
+        env = {**self.state.child_env(), "TRAINGUARD_STACK_DIR": str(self.stack_dir),
+               "TRAINGUARD_PROGRESS_DIR": str(self.progress_dir)}
         pid = self.proc.start(env)
         log.info("started %s (pid %d, attempt %d)", " ".join(self.proc.argv), pid, self.state.attempt)
         return pid
@@ -130,6 +138,7 @@ class Agent:
             for cmd in feed.poll(0.5):
                 self.handle(cmd)
             feed.commit()
+            self.watch_hang()
             code = self.check_exit()
             if code is None:
                 linger_until = None
@@ -142,6 +151,21 @@ class Agent:
         self.proc.stop(grace_s=self.grace_s)
         self.check_exit()
         return 143
+
+    def watch_hang(self) -> None:
+        """Sample stacks periodically while a training process is stuck on one step."""
+        if self._hang is None or self.proc.pid is None:
+            return
+        alive = set(self.proc.process_tree())
+        now = time.monotonic()
+        for pid, (step, phase) in read_progress(self.progress_dir).items():
+            if pid not in alive:
+                continue
+            stalled = self._hang.due(pid, step=step, phase=phase, now=now)
+            if stalled is not None:
+                log.warning("pid %d stuck at step %d for %.0fs: sampling stacks", pid, step, stalled)
+                self.sample_stacks(f"suspected hang: step {step} unchanged for {stalled:.0f}s", pids=[pid])
+        self._hang.forget_except(alive)
 
     # ----------------------------------------------------------- commands
 
@@ -221,10 +245,10 @@ class Agent:
                 return
             self.sample_stacks(f"{reason} (periodic {i + 2})")
 
-    def sample_stacks(self, reason: str) -> list[StackSample]:
-        """One `StackSample` per thread of every training process; published and returned."""
+    def sample_stacks(self, reason: str, pids: list[int] | None = None) -> list[StackSample]:
+        """One `StackSample` per thread of every training process (or `pids`); published and returned."""
         out: list[StackSample] = []
-        for pid in self.proc.process_tree():
+        for pid in self.proc.process_tree() if pids is None else pids:
             rank = env_of(pid, "RANK")
             for stack in self._stacks.sample(pid):
                 sample = StackSample(ts=self._clock(), job=self.job, node=self.node, pid=pid, frames=stack.frames,

@@ -17,6 +17,9 @@ class AgentSettings(BaseModel):
                                          description="argv run for self_check / replay_regroup commands")
     selfcheck_timeout_s: float = Field(600.0, gt=0)
     stack_timeout_s: float = Field(5.0, gt=0)
+    hang_suspect_s: float = Field(300.0, ge=0, description="sample stacks when a process's step has not moved "
+                                  "for this long while training (0 disables)")
+    hang_stack_every_s: float = Field(60.0, gt=0, description="stack sampling period during a suspected hang")
 
 
 class CollectorSettings(BaseModel):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import faulthandler
 import hashlib
+import json
 import os
 import signal
 import threading
@@ -210,10 +211,13 @@ class TrainingMonitor:
                                        node=self.where.node, step=self.current_step))
 
     def _beat(self) -> None:
+        progress_dir = self.env.get("TRAINGUARD_PROGRESS_DIR")
         while True:
             self._sink.publish(Heartbeat(ts=self._clock(), job=self.job, rank=self.where.rank,
                                          node=self.where.node, pid=os.getpid(), step=self.current_step,
                                          phase=self.current_phase))
+            if progress_dir:
+                _write_progress(Path(progress_dir), self.current_step, self.current_phase)
             if self._stop.wait(self.heartbeat_interval_s):
                 return
 
@@ -247,6 +251,17 @@ class TrainingMonitor:
 def monitor(job: str, **kwargs: Any) -> TrainingMonitor:
     """Shorthand for `TrainingMonitor(job=job, **kwargs)`."""
     return TrainingMonitor(job=job, **kwargs)
+
+
+def _write_progress(directory: Path, step: int, phase: str) -> None:
+    """Tell a local `trainguard run` agent our progress (its hang watch reads this)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / f".{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"step": step, "phase": phase}))
+        os.replace(tmp, directory / f"{os.getpid()}.json")
+    except OSError:
+        pass  # liveness reporting must never break training
 
 
 def _metric(value: Any) -> Any:

@@ -54,7 +54,7 @@ class Bus:
         self.producer.flush()
         return signed
 
-    def wait(self, pred: Callable[[Record], bool], timeout_s: float = 60.0) -> Record:
+    def wait(self, pred: Callable[[Record], bool], timeout_s: float = 120.0) -> Record:
         """The first record (seen so far or arriving) that satisfies `pred`."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -66,7 +66,7 @@ class Bus:
             for batch in self.consumer.poll(timeout_ms=500).values():
                 self.seen.extend(self.codec.decode(m.value) for m in batch)
 
-    def result(self, command_id: str, timeout_s: float = 60.0) -> ActionResult:
+    def result(self, command_id: str, timeout_s: float = 120.0) -> ActionResult:
         r = self.wait(lambda r: isinstance(r, ActionResult) and r.command_id == command_id, timeout_s)
         assert isinstance(r, ActionResult)
         return r
@@ -153,9 +153,15 @@ def test_agent_obeys_signed_commands_once(kafka: str, topic_prefix: str, tmp_pat
 def test_agent_dumps_stacks_of_a_hung_process_and_remembers_commands_across_restart(
         kafka: str, topic_prefix: str, tmp_path: Path, bus: Bus) -> None:
     job = "e2e-hang"
-    agent = start_agent(kafka, topic_prefix, tmp_path, job=job, extra_env={"HANG_AT_STEP": "3"})
+    hang_env = {"HANG_AT_STEP": "3", "TRAINGUARD_COLLECTORS__AGENT__HANG_SUSPECT_S": "2",
+                "TRAINGUARD_COLLECTORS__AGENT__HANG_STACK_EVERY_S": "1"}
+    agent = start_agent(kafka, topic_prefix, tmp_path, job=job, extra_env=hang_env)
     try:
         bus.wait(_step(job, min_step=3))
+        # Without any command, the agent's hang watch samples the stuck process by itself.
+        suspected = bus.wait(lambda r: isinstance(r, StackSample) and r.reason.startswith("suspected hang: step 3")
+                             and any("hang_in_fake_collective" in f for f in r.frames))
+        assert isinstance(suspected, StackSample)
         dump = bus.send(_cmd("c-dump", "dump_stacks", job, params={"repeat": 2, "interval_s": 0.5}))
         assert bus.result(dump.id).status == "ok"
         stack = bus.wait(lambda r: isinstance(r, StackSample) and any("hang_in_fake_collective" in f for f in r.frames))

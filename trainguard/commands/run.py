@@ -57,7 +57,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                   hmac_key=settings.actions.hmac_key.get_secret_value().encode(),
                   state_dir=agent_cfg.state_dir, grace_s=agent_cfg.grace_s,
                   selfcheck_command=agent_cfg.selfcheck_command, selfcheck_timeout_s=agent_cfg.selfcheck_timeout_s,
-                  stack_timeout_s=agent_cfg.stack_timeout_s, tee=lambda line: print(line, flush=True),
+                  stack_timeout_s=agent_cfg.stack_timeout_s, hang_suspect_s=agent_cfg.hang_suspect_s,
+                  hang_stack_every_s=agent_cfg.hang_stack_every_s, tee=lambda line: print(line, flush=True),
                   env=dict(os.environ))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
