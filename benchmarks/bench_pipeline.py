@@ -18,6 +18,7 @@ numbers are a floor for a dedicated worker host.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import signal
 import subprocess
@@ -27,12 +28,13 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
-from kafka import KafkaConsumer, KafkaProducer
+from aiokafka import AIOKafkaProducer
+from kafka import KafkaConsumer
 
 from benchmarks.bench_codec import sample
 from schemas.codec import Codec
@@ -64,23 +66,39 @@ def events_per_node_s(step_s: int = 10) -> float:
     return 1 + RANKS_PER_NODE / step_s + RANKS_PER_NODE / HEARTBEAT_S
 
 
-def _producer(servers: str) -> KafkaProducer:
-    return KafkaProducer(bootstrap_servers=servers, acks=1, linger_ms=20, batch_size=512 * 1024,
-                         max_request_size=8 * 1024 * 1024)
+def _producer(servers: str) -> AIOKafkaProducer:
+    # aiokafka, not kafka-python: kafka-python checksums record batches in pure
+    # Python (about 1.3k of these 3 KB events/s here), far too slow to load a worker.
+    return AIOKafkaProducer(bootstrap_servers=servers, acks=1, linger_ms=20, max_batch_size=1 << 20,
+                            max_request_size=8 << 20)
+
+
+async def _send_all(producer: AIOKafkaProducer, codec: Codec, topics: Topics, records: Iterable[Record],
+                    *, flush: bool = True) -> int:
+    sent = 0
+    for record in records:
+        await producer.send(topics.for_record(record), codec.encode(record), key=key_for(record))
+        sent += 1
+    if flush:
+        await producer.flush()
+    return sent
 
 
 def preload(servers: str, topics: Topics, nodes: int, count: int) -> int:
     """Produce about `count` events of a `nodes`-node fleet; return how many."""
-    codec, producer, sent, second = Codec(), _producer(servers), 0, 0
-    t0 = time.time() - 3600
-    while sent < count:
-        for record in fleet_second(nodes, t0 + second, second):
-            producer.send(topics.for_record(record), key=key_for(record), value=codec.encode(record))
-            sent += 1
-        second += 1
-    producer.flush()
-    producer.close()
-    return sent
+
+    async def run() -> int:
+        producer, sent, second, t0 = _producer(servers), 0, 0, time.time() - 3600
+        await producer.start()
+        try:
+            while sent < count:
+                sent += await _send_all(producer, Codec(), topics, fleet_second(nodes, t0 + second, second))
+                second += 1
+        finally:
+            await producer.stop()
+        return sent
+
+    return asyncio.run(run())
 
 
 @contextmanager
@@ -142,15 +160,15 @@ def measure_latency(servers: str, workdir: Path, rate: float, seconds: float) ->
     prefix = f"lat{uuid.uuid4().hex[:6]}."
     topics = Topics(prefix)
     ensure_topics(servers, topics.all(), partitions=load_settings().topics.partitions, replication=1)
-    codec, producer = Codec(), _producer(servers)
     sent_at: dict[str, float] = {}
     latencies: list[float] = []
     stop = threading.Event()
 
-    def collect() -> None:
+    def collect() -> None:  # its own thread, so arrival times are not held up by producing
+        codec = Codec()
         consumer = KafkaConsumer(topics.name("anomalies"), bootstrap_servers=servers, auto_offset_reset="earliest")
         while not stop.is_set():
-            for messages in consumer.poll(timeout_ms=100).values():
+            for messages in consumer.poll(timeout_ms=50).values():
                 now = time.time()
                 for msg in messages:
                     anomaly = codec.decode(msg.value)
@@ -161,32 +179,43 @@ def measure_latency(servers: str, workdir: Path, rate: float, seconds: float) ->
     with worker(servers, prefix, workdir) as port:
         while processed(port) is None:
             time.sleep(0.2)
-        time.sleep(5)  # let Faust join the group and fetch
+        time.sleep(5)  # let the worker join its group and start fetching
         listener = threading.Thread(target=collect, daemon=True)
         listener.start()
-        nodes = max(1, int(rate / events_per_node_s()))  # a fleet that emits `rate` events/s
-        start, second, next_nan, sent = time.time(), 0, time.time(), 0
-        while time.time() - start < seconds:
-            tick = time.time()
-            for record in fleet_second(nodes, tick, second):
-                producer.send(topics.for_record(record), key=key_for(record), value=codec.encode(record))
-                sent += 1
-                if time.time() >= next_nan:
-                    job = f"nan-{len(sent_at)}"
-                    nan = TrainingStep(ts=time.time(), job=job, rank=0, node="node-0000", step=1, loss="nan")
-                    sent_at[job] = nan.ts
-                    producer.send(topics.for_record(nan), key=key_for(nan), value=codec.encode(nan))
-                    next_nan += 0.25
-            producer.flush()
-            second += 1
-            time.sleep(max(0.0, tick + 1 - time.time()))
+        sent = asyncio.run(_steady(servers, topics, rate, seconds, sent_at))
         time.sleep(3)
         stop.set()
         listener.join(timeout=10)
-    producer.close()
-    print(f"  produced {sent / seconds:,.0f} events/s (asked {rate:,.0f}) for {seconds:.0f} s; {len(sent_at)} NaN steps injected, "
-          f"{len(latencies)} anomalies received")
+    print(f"  produced {sent / seconds:,.0f} events/s (asked {rate:,.0f}) for {seconds:.0f} s; "
+          f"{len(sent_at)} NaN steps injected, {len(latencies)} anomalies received")
     return latencies
+
+
+async def _steady(servers: str, topics: Topics, rate: float, seconds: float, sent_at: dict[str, float]) -> int:
+    """Produce the fleet mix at `rate` events/s in 100 ms slices, a NaN step every 0.25 s."""
+    codec, producer = Codec(), _producer(servers)
+    await producer.start()
+    nodes = max(1, int(rate / events_per_node_s()))  # a fleet that emits `rate` events/s
+    start, sent, second, next_nan = time.time(), 0, 0, time.time()
+    backlog: list[Record] = []
+    try:
+        while time.time() - start < seconds:
+            tick = time.time()
+            if not backlog:
+                backlog = list(fleet_second(nodes, tick, second))
+                second += 1
+            chunk, backlog = backlog[: len(backlog) // 10 + 1], backlog[len(backlog) // 10 + 1:]
+            sent += await _send_all(producer, codec, topics, chunk, flush=False)
+            while time.time() >= next_nan:
+                nan = TrainingStep(ts=time.time(), job=f"nan-{len(sent_at)}", rank=0, node="node-0000", step=1,
+                                   loss="nan")
+                sent_at[nan.job] = nan.ts
+                await _send_all(producer, codec, topics, [nan], flush=False)
+                next_nan += 0.25
+            await asyncio.sleep(max(0.0, tick + 0.1 - time.time()))
+    finally:
+        await producer.stop()
+    return sent
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -18,6 +18,7 @@ from faust.types import TP
 
 from detectors.pipeline import DetectionPipeline
 from schemas.topics import INPUT_TOPICS, Topics
+from streams.fastpath import BatchLoop
 from streams.idle import IdleClock
 from streams.metrics import WorkerMetrics, detector_state_sizes
 from streams.processor import MessageProcessor, OutMessage, RawMessage
@@ -53,7 +54,9 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
         for out in messages:
             await by_physical[out.topic].send(key=out.key, value=out.value)
 
-    for logical in INPUT_TOPICS:
+    if settings.worker.fast_path:
+        _run_batch_loop(app, settings, proc, topics, metrics)
+    for logical in () if settings.worker.fast_path else INPUT_TOPICS:
         source = app.topic(topics.name(logical), value_serializer="raw", key_serializer="raw")
 
         async def consume(stream: Any) -> None:
@@ -92,6 +95,20 @@ def _metrics(app: faust.App, settings: Settings, proc: MessageProcessor, topics:
             app.trainguard_metrics_server = metrics.serve(settings.metrics.port)  # type: ignore[attr-defined]
 
     return metrics
+
+
+def _run_batch_loop(app: faust.App, settings: Settings, proc: MessageProcessor, topics: Topics,
+                    metrics: WorkerMetrics | None) -> None:
+    """Run the input side as one batch loop (streams.fastpath) instead of per-topic agents."""
+    loop = BatchLoop(servers=settings.broker.servers, topics=topics, processor=proc,
+                     group_id=f"{settings.worker.app_id}.detect", metrics=metrics,
+                     max_records=max(settings.worker.batch_size, 1), poll_timeout_s=settings.worker.batch_within_s,
+                     lag_interval_s=settings.metrics.lag_interval_s)
+    app.trainguard_batch_loop = loop  # type: ignore[attr-defined]
+
+    @app.task
+    async def consume_batches() -> None:
+        await loop.run()
 
 
 def _highwater(app: faust.App, topic: str, partition: int) -> int | None:

@@ -52,6 +52,7 @@ class WorkerSettings(BaseModel):
     web_port: int = Field(6066, ge=1, le=65535)
     batch_size: int = Field(500, ge=1)
     batch_within_s: float = Field(0.05, gt=0)
+    fast_path: bool = Field(True, description="consume in whole fetches (streams.fastpath) instead of one Faust agent per topic")
     state_dir: Path = Path(".trainguard/worker")
 
 
