@@ -6,6 +6,10 @@ events in batches to amortise Faust's per-event overhead and hand the raw
 bytes to one shared `MessageProcessor`; since agents run on one event loop
 and processing is synchronous, the detectors' state is never touched
 concurrently.
+
+By default (`worker.fast_path`) the input side is instead one batch loop
+(`streams.fastpath`), which avoids Faust's per-message overhead; the Faust
+app still hosts it, the metrics endpoint and the timers.
 """
 
 from __future__ import annotations

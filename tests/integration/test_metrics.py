@@ -55,14 +55,15 @@ def _get(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-@pytest.fixture
-def worker(kafka: str, topic_prefix: str, tmp_path: Path) -> Iterator[tuple[int, Topics]]:
-    """A real worker process with its metrics endpoint on a free port."""
+@pytest.fixture(params=[True, False], ids=["fast_path", "faust_agents"])
+def worker(request: pytest.FixtureRequest, kafka: str, topic_prefix: str,
+           tmp_path: Path) -> Iterator[tuple[int, Topics]]:
+    """A real worker process (batch hot path, or one Faust agent per topic) with metrics on a free port."""
     port = _free_port()
     config = {
         "broker": {"bootstrap": kafka},
         "topics": {"prefix": topic_prefix, "partitions": 2},
-        "worker": {"app_id": f"w-{topic_prefix}", "state_dir": str(tmp_path / "worker")},
+        "worker": {"app_id": f"w-{topic_prefix}", "state_dir": str(tmp_path / "worker"), "fast_path": request.param},
         "metrics": {"port": port, "lag_interval_s": 0.5},
     }
     path = tmp_path / "config.yaml"

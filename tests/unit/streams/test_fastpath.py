@@ -1,0 +1,47 @@
+"""The batch hot path's pure part: fetched records in, outputs and metrics out (no broker)."""
+
+from __future__ import annotations
+
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from detectors.nan import NanDetector
+from detectors.pipeline import DetectionPipeline
+from schemas.codec import decode, encode
+from schemas.records import TrainingStep
+from schemas.topics import Topics
+from streams.fastpath import BatchLoop, to_raw
+from streams.metrics import WorkerMetrics
+from streams.processor import MessageProcessor
+
+TOPICS = Topics("u.")
+
+
+def _record(offset: int, value: bytes, topic: str = "u.training") -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord(topic=topic, partition=1, offset=offset, timestamp=1_500, timestamp_type=0, key=b"j",
+                          value=value, checksum=None, serialized_key_size=1, serialized_value_size=len(value),
+                          headers=())
+
+
+def _step(step: int, loss: float | str) -> bytes:
+    return encode(TrainingStep(ts=100.0 + step, job="j", rank=0, node="n0", step=step, loss=loss))  # type: ignore[arg-type]
+
+
+def test_to_raw_keeps_position_and_converts_ms_to_seconds() -> None:
+    raw = to_raw([_record(7, b"x")])[0]
+    assert (raw.topic, raw.partition, raw.offset, raw.key, raw.value, raw.timestamp) == ("u.training", 1, 7, b"j", b"x", 1.5)
+
+
+def test_a_fetch_is_processed_in_order_with_outputs_and_metrics() -> None:
+    proc = MessageProcessor(DetectionPipeline([NanDetector()]), TOPICS)
+    metrics = WorkerMetrics(stats=proc.stats, topics=TOPICS)
+    loop = BatchLoop(servers="unused:9092", topics=TOPICS, processor=proc, group_id="g", metrics=metrics)
+    fetched = {TopicPartition("u.training", 1): [_record(0, _step(1, 2.0)), _record(1, _step(2, "nan")),
+                                                 _record(2, b"not json")]}
+    outputs = loop._process(fetched)
+    topics = [o.topic for o in outputs]
+    assert topics == ["u.anomalies", "u.incidents", "u.dead-letter"]
+    assert decode(outputs[0].value).step == 2
+    assert proc.stats.processed == 3 and proc.stats.dead_lettered == 1
+    assert metrics.value("trainguard_worker_batch_seconds_count") == 1
+    metrics.refresh_lag(lambda t, p: 10)
+    assert metrics.value("trainguard_worker_consumer_lag", topic="training", partition="1") == 7
