@@ -8,7 +8,10 @@ for the job to fail):
 * a row-remap failure, a GPU flagged lost, or a GPU that vanished from a
   healthy sample (fallen off the bus);
 * an NVLink error burst: at least `nvlink_burst` new errors within
-  `nvlink_window_s`.
+  `nvlink_window_s`;
+* a fatal XID in a kernel log line ("NVRM: Xid (PCI:...): 79"), for nodes
+  where NVML cannot deliver XID events. One XID code fires once per node
+  per cooldown, whichever source reported it first.
 
 Counters are cumulative, so only growth counts; a counter that goes *down*
 was reset (driver reload, GPU swap) and becomes the new baseline. A sample
@@ -18,13 +21,16 @@ Each (GPU, cause) fires once per `cooldown_s` of event time.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Any
 
 from detectors.base import Detector
 from detectors.common import Bounded, finding
 from detectors.xid import classify, is_fatal
-from schemas.records import Anomaly, GpuStats, NodeGpuSample, Record
+from schemas.records import Anomaly, GpuStats, LogEvent, NodeGpuSample, Record
+
+XID_LINE = re.compile(r"\bXid\b\s*(?:\((?:PCI:)?(?P<pci>[^)]*)\))?\s*:?\s*(?P<code>\d+)")
 
 
 class _Gpu:
@@ -59,7 +65,7 @@ class HardwareDetector(Detector):
     [['n0:0']]
     """
 
-    consumes = frozenset({"gpu_sample"})
+    consumes = frozenset({"gpu_sample", "log"})
 
     def __init__(
         self,
@@ -79,10 +85,15 @@ class HardwareDetector(Detector):
         self._extra = frozenset(self.extra_fatal_xids)
         self._nodes: Bounded[str, dict[int, _Gpu]] = Bounded(max(1, max_gpus // 8))
         self._fired: Bounded[tuple[str, int, str], float] = Bounded(max_gpus)
+        self._node_job: Bounded[str, str] = Bounded(max(1, max_gpus // 8))
 
     def observe(self, record: Record) -> list[Anomaly]:
+        if isinstance(record, LogEvent):
+            return self._xid_line(record)
         if not isinstance(record, NodeGpuSample) or not record.nvml_ok:
             return []
+        if record.job:
+            self._node_job[record.node] = record.job
         causes: list[dict[str, Any]] = []
         for xid in record.xids:
             if is_fatal(xid.code, self._extra):
@@ -100,6 +111,17 @@ class HardwareDetector(Detector):
                     state.lost = True
                     causes.append({"gpu": index, "cause": "gpu_missing"})
         return self._report(record, causes)
+
+    def _xid_line(self, log: LogEvent) -> list[Anomaly]:
+        """A kernel "NVRM: Xid (PCI:...): 79, ..." line: the XID source when NVML cannot report."""
+        match = XID_LINE.search(log.message)
+        if match is None or not is_fatal(int(match.group("code")), self._extra):
+            return []
+        code = int(match.group("code"))
+        cause = {"gpu": -1, "cause": "xid", "code": code, "meaning": classify(code).meaning, "at": log.ts,
+                 "pci": match.group("pci") or "", "source": "kernel log"}
+        job = log.job or self._node_job.get(log.node, "")
+        return self._report(NodeGpuSample(ts=log.ts, node=log.node, job=job), [cause])
 
     def _counters(self, gpus: dict[int, _Gpu], g: GpuStats, ts: float) -> list[dict[str, Any]]:
         state = gpus.get(g.index)
@@ -143,7 +165,8 @@ class HardwareDetector(Detector):
     def _report(self, sample: NodeGpuSample, causes: list[dict[str, Any]]) -> list[Anomaly]:
         fresh = []
         for c in causes:
-            key = (sample.node, c["gpu"], f"{c['cause']}:{c.get('code', '')}")
+            gpu = -1 if c["cause"] == "xid" else c["gpu"]  # one XID code per node, whichever source saw it
+            key = (sample.node, gpu, f"{c['cause']}:{c.get('code', '')}")
             last = self._fired.get(key)
             if last is not None and sample.ts - last < self.cooldown_s:
                 continue
@@ -152,7 +175,7 @@ class HardwareDetector(Detector):
         if not fresh:
             return []
         onset = min(float(c.get("at", sample.ts)) for c in fresh)
-        gpus = sorted({f"{sample.node}:{c['gpu']}" for c in fresh})
+        gpus = sorted({f"{sample.node}:{c['gpu']}" for c in fresh if c["gpu"] >= 0})
         return [finding(self.instance, "hw_fault", ts=sample.ts, onset=min(onset, sample.ts), job=sample.job,
                         nodes=[sample.node], gpus=gpus, key=(sample.node, tuple(gpus)),
                         evidence={"node": sample.node, "findings": fresh})]

@@ -1,6 +1,7 @@
 """loss_spike: loss or grad norm jumps `ratio` times above its recent median.
 
-The baseline is a rolling median of the job's lowest rank (loss is usually
+The baseline is a rolling median of the job's lowest rank that reports a
+positive loss (only the last pipeline stage may compute it; loss is usually
 all-reduced, so one rank speaks for the job; the median shrugs off the
 occasional odd batch). Every rank's value is compared with it, so a spike
 seen first on any rank is caught at its first step. Values that are flagged,
@@ -73,6 +74,8 @@ class LossSpikeDetector(Detector):
             return []
         job = self._jobs.get(record.job)
         if job is None or record.attempt > job.attempt or (record.rank < job.leader and record.attempt == job.attempt):
+            if not (finite(record.loss) and record.loss > 0):  # type: ignore[operator]
+                return []  # only a rank that reports a real loss can lead (pipeline stages may report 0)
             self._jobs[record.job] = job = _Job(record.rank, record.attempt, self.window)
         if record.attempt != job.attempt:
             return []

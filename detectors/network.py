@@ -35,6 +35,11 @@ class _Port:
         self.downed, self.errors, self.first_bad, self.last_bad, self.fired = s
 
 
+def _active(state: str) -> bool:
+    """ACTIVE in any spelling: "ACTIVE", "active", sysfs's "4: ACTIVE"."""
+    return "ACTIVE" in state.upper()
+
+
 def _errors(p: RdmaPort) -> int:
     return p.symbol_errors + p.rcv_errors + p.link_error_recovery
 
@@ -83,13 +88,13 @@ class NetworkDetector(Detector):
         errors = _errors(p)
         if state is None:
             self._ports[key] = state = _Port(p.link_downed, errors)
-            bad = p.state.upper() != "ACTIVE"
+            bad = not _active(p.state)
             downed = grown = 0
         else:
             downed = max(0, p.link_downed - state.downed)
             grown = max(0, errors - state.errors)
             state.downed, state.errors = p.link_downed, errors
-            bad = p.state.upper() != "ACTIVE" or downed > 0 or grown >= self.error_burst
+            bad = not _active(p.state) or downed > 0 or grown >= self.error_burst
         ts = sample.ts
         if not bad:
             if state.last_bad is not None and ts - state.last_bad > self.confirm_window_s:

@@ -4,7 +4,9 @@ Data-parallel replicas holding the same (tp, pp) shard must report the same
 parameter/gradient checksum at the same step. When they do not, the
 replicas in the minority (majority vote) hold the corrupted copy; their
 ranks and nodes are the suspects. With two replicas there is no majority
-and both are named (`ambiguous` in the evidence). A group is decided when
+and both are named (`ambiguous` in the evidence). With more, a group with
+no strict majority is ignored: corruption hits one replica, whereas
+replicas that all disagree were grouped wrongly by their producer. A group is decided when
 all its replicas have reported (the dp degree from `JobTopology`, else the
 most replicas ever seen for the group) or, failing that, once the job is
 `grace_steps` steps further on.
@@ -42,7 +44,7 @@ class _Votes:
 
 
 class _Job:
-    __slots__ = ("attempt", "dp", "max_step", "pending", "expected", "fired", "nan_steps")
+    __slots__ = ("attempt", "dp", "max_step", "pending", "expected", "fired", "clean", "nan_steps")
 
     def __init__(self, attempt: int) -> None:
         self.attempt = attempt
@@ -50,7 +52,8 @@ class _Job:
         self.max_step = -1
         self.pending: dict[Group, _Votes] = {}
         self.expected: dict[tuple[int, int], int] = {}
-        self.fired = False
+        self.fired: frozenset[int] = frozenset()  # odd ranks already reported in this episode
+        self.clean = 0  # groups decided in agreement since the last report
         self.nan_steps: dict[int, tuple[int, int, str]] = {}  # attempt -> (step, rank, node)
 
     def __getstate__(self) -> tuple[Any, ...]:
@@ -77,9 +80,11 @@ class SdcDetector(Detector):
 
     consumes = frozenset({"step", "topology"})
 
-    def __init__(self, *, instance: str = "sdc", grace_steps: int = 2, max_jobs: int = 10_000) -> None:
+    def __init__(self, *, instance: str = "sdc", grace_steps: int = 2, rearm_steps: int = 50,
+                 max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)
         self.grace_steps = grace_steps
+        self.rearm_steps = rearm_steps
         self._jobs: Bounded[str, _Job] = Bounded(max_jobs)
 
     def observe(self, record: Record) -> list[Anomaly]:
@@ -95,7 +100,7 @@ class SdcDetector(Detector):
         if record.attempt != job.attempt:
             if record.attempt < job.attempt:
                 return out
-            job.attempt, job.max_step, job.fired = record.attempt, -1, False
+            job.attempt, job.max_step, job.fired = record.attempt, -1, frozenset()
             job.pending.clear()
         if record.checksum is not None:
             found = self._checksum(job, record)
@@ -141,12 +146,22 @@ class SdcDetector(Detector):
         onset, votes, count = entry.onset, entry.by_sum, entry.count
         shard = (key[1], key[2])
         job.expected[shard] = max(job.expected.get(shard, 0), count)
-        if len(votes) < 2 or job.fired:
+        if len(votes) < 2:
+            job.clean += 1
+            if job.clean >= self.rearm_steps * max(1, len(job.expected)):  # every shard agreed that long
+                job.fired = frozenset()
             return []
         ranked = sorted(votes.items(), key=lambda kv: (-len(kv[1]), kv[0]))
         ambiguous = len(ranked[0][1]) == len(ranked[1][1])
+        if len(ranked[0][1]) * 2 <= count and not (count == 2 and ambiguous):
+            return []  # no majority: replicas that never agreed are mis-grouped, not corrupted
         odd = [v for _, voters in (ranked if ambiguous else ranked[1:]) for v in voters]
-        job.fired = True
+        odd_ranks = frozenset(r for r, _ in odd)
+        job.clean = 0
+        if odd_ranks <= job.fired:
+            return []  # the same corruption, still visible: already reported
+        odd = [v for v in odd if v[0] not in job.fired]  # name only the newly corrupted replicas
+        job.fired = job.fired | odd_ranks
         return [finding(self.instance, "sdc", ts=ts, onset=onset, job=name, nodes=list({n for _, n in odd}),
                         ranks=[r for r, _ in odd], group=f"tp:{key[1]},pp:{key[2]}", step=key[0], key=key,
                         evidence={"cause": "checksum_mismatch", "step": key[0], "ambiguous": ambiguous,

@@ -79,3 +79,21 @@ def test_vanished_gpu_is_lost_and_repeats_are_deduplicated() -> None:
 
 def test_extra_fatal_xids_are_configurable() -> None:
     assert HardwareDetector(extra_fatal_xids=[13]).observe(sample(1.0, xids=[13])) != []
+
+
+@pytest.mark.parametrize("line,code", [
+    ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", 79),
+    ("NVRM: Xid (PCI:0000:86:00): 48, pid=99, DBE (double bit error) ECC error", 48),
+    ("NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception", None),
+    ("training step 100: loss 2.3", None),
+])
+def test_xid_from_kernel_log_lines(line: str, code: int | None) -> None:
+    from schemas.records import LogEvent
+
+    d = HardwareDetector()
+    d.observe(sample(0.0))
+    out = d.observe(LogEvent(ts=5.0, node="n7", level="error", source="kernel", message=line))
+    assert [a.evidence["findings"][0]["code"] for a in out] == ([code] if code else [])
+    if code:
+        assert out[0].job == "j"  # the node's job, learned from its samples
+        assert d.observe(sample(6.0, xids=[code])) == []  # the same XID from NVML is not a second finding

@@ -36,3 +36,11 @@ def test_two_bad_readings_too_far_apart_do_not_confirm() -> None:
     assert d.observe(port(0.0, state="DOWN")) == []
     assert d.observe(port(500.0, state="DOWN")) == []
     assert d.observe(port(510.0, state="DOWN")) != []
+
+
+@pytest.mark.parametrize("state,bad", [("ACTIVE", False), ("4: ACTIVE", False), ("active", False),
+                                       ("1: DOWN", True), ("INIT", True), ("POLLING", True)])
+def test_port_state_spellings(state: str, bad: bool) -> None:
+    d = NetworkDetector()
+    out = d.observe(port(0.0, state=state)) + d.observe(port(10.0, state=state))
+    assert bool(out) == bad

@@ -77,3 +77,26 @@ def test_sdc_uses_topology_and_flags_a_two_way_tie_as_ambiguous() -> None:
 def test_sdc_missing_checksums_are_fine() -> None:
     f, d = Fleet(), SdcDetector()
     assert feed(d, f.steps(10, bad={r: {"checksum": None} for r in range(f.world)})) == []
+
+
+def test_loss_baseline_comes_from_a_rank_that_reports_loss() -> None:
+    """With pipeline parallelism only the last stage computes the loss; other ranks may send 0."""
+    f, d = Fleet(), LossSpikeDetector()
+    zero_first_half = {r: {"loss": 0.0} for r in range(f.world // 2)}
+    feed(d, f.steps(30, bad=zero_first_half))
+    spike = {**zero_first_half, 12: {"loss": 30.0}}
+    assert [a.ranks for a in feed(d, f.steps(1, bad=spike))] == [[12]]
+
+
+def test_sdc_without_a_majority_is_a_grouping_problem_not_corruption() -> None:
+    f, d = Fleet(), SdcDetector()
+    everyone_differs = {r: f"own-{r}" for r in range(f.world)}
+    assert feed(d, f.steps(10, checksum_of=everyone_differs)) == []
+
+
+def test_sdc_reports_a_second_corrupted_replica_but_not_the_same_one_twice() -> None:
+    f, d = Fleet(), SdcDetector()
+    feed(d, f.steps(3))
+    first = feed(d, f.steps(10, checksum_of={10: "x"}))
+    second = feed(d, f.steps(10, checksum_of={10: "x", 4: "y"}))
+    assert [a.ranks for a in first] == [[10]] and [a.ranks for a in second] == [[4]]
