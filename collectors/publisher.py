@@ -5,11 +5,13 @@ pays microseconds, not a network round trip. Records are sent in batches at
 most every `linger_s` (or at once on `flush`): kafka-python spends a few ms
 of CPU per produce round trip, so batching is what keeps the hook's
 overhead under 1% of a step (see benchmarks/bench_hook.py). A background sender thread
-writes each record to the on-disk `Spool` (durable across restarts), sends
-the oldest spooled records in order through one kafka-python producer
-(batched, gzip-compressed, acks=all), and deletes them once acknowledged.
-While the broker is unreachable the records simply stay spooled; when it
-returns they go out in the order they were taken.
+sends them in order through one kafka-python producer (batched,
+gzip-compressed, acks=all). Whatever cannot be acknowledged goes to the
+on-disk `Spool` (durable across restarts), and while anything is spooled,
+new records queue up behind it there, so order is kept; spooled records
+are deleted once acknowledged. While the broker is unreachable records
+simply accumulate on disk; when it returns they go out in the order they
+were taken. On `close()` anything undelivered is spooled for the next run.
 
 Delivery is at-least-once: after a partial failure the whole unacknowledged
 tail is resent, so a record may arrive twice but never out of order and
@@ -27,7 +29,7 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from collectors.spool import LOW_VALUE_TAGS, Spool
+from collectors.spool import LOW_VALUE_TAGS, Entry, Spool
 from schemas.codec import Codec
 from schemas.records import Record
 from schemas.topics import Topics, key_for, tag_of
@@ -61,6 +63,7 @@ class Publisher:
         self._producer: KafkaProducer | None = None
         self._stopping = threading.Event()
         self._urgent = threading.Event()  # set by flush/close: skip the linger wait
+        self._pending: list[Entry] = []  # taken off the queue, not yet sent nor spooled (sender thread only)
         self._markers: list[tuple[int, threading.Event]] = []  # (last seq before a flush, its event)
         self._thread = threading.Thread(target=self._run, name="trainguard-publisher", daemon=True)
         self._thread.start()
@@ -103,19 +106,23 @@ class Publisher:
     def _run(self) -> None:
         while not self._stopping.is_set():
             self._drain(block=True)
-            if len(self.spool) and self._linger_s > 0:
+            if (self._pending or len(self.spool)) and self._linger_s > 0:
                 self._urgent.wait(self._linger_s)  # let a batch build up: one round trip for many records
                 self._urgent.clear()
                 self._drain(block=False)
+            if self._pending and not len(self.spool):
+                self._send_direct()
+            self._spool_pending()
             while len(self.spool) and not self._stopping.is_set():
-                if not self._send_batch():
+                if not self._send_spooled():
                     self.send_failures += 1
-                    self._drain(block=False)
                     self._stopping.wait(self._retry_backoff_s)
                 self._drain(block=False)
+                self._spool_pending()
                 self._release_markers()
             self._release_markers()
-        self._drain(block=False)  # whatever arrived last is at least on disk
+        self._drain(block=False)
+        self._spool_pending()  # whatever was not delivered is at least on disk
 
     def _release_markers(self) -> None:
         """Wake flushers whose records have all been delivered."""
@@ -129,56 +136,73 @@ class Publisher:
         self._markers = still
 
     def _drain(self, *, block: bool) -> None:
-        """Move queued records into the spool (waiting up to 0.5 s for the first if `block`)."""
+        """Move queued records to `_pending`, encoded (waiting up to 0.5 s for the first if `block`)."""
         try:
             item = self._queue.get(timeout=0.5) if block else self._queue.get_nowait()
         except queue.Empty:
             return
         while True:
             if isinstance(item, threading.Event):
+                self._spool_pending()  # a flush waits for everything before it: track it by spool position
                 self._markers.append((self.spool.next_seq - 1, item))
             elif item is not None:
-                self._spool(item)
+                self._encode(item)
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return
 
-    def _spool(self, record: Record) -> None:
+    def _encode(self, record: Record) -> None:
         try:
             value = self._codec.encode(record)
             topic, key = self.topics.for_record(record), key_for(record)
         except Exception:  # a record we cannot encode would block the queue forever
             log.exception("dropping unencodable record %r", type(record).__name__)
             return
-        self.spool.append(topic, key, value, low_value=tag_of(record) in LOW_VALUE_TAGS)
+        self._pending.append(Entry(seq=-1, topic=topic, key=key, value=value,
+                                   low_value=tag_of(record) in LOW_VALUE_TAGS))
 
-    def _send_batch(self) -> bool:
+    def _spool_pending(self) -> None:
+        for e in self._pending:
+            self.spool.append(e.topic, e.key, e.value, low_value=e.low_value)
+        self._pending = []
+
+    def _send_direct(self) -> None:
+        """The fast path while the broker is healthy and nothing waits on disk: skip the spool."""
+        if self._produce(self._pending) == len(self._pending):
+            self.sent += len(self._pending)
+            self._pending = []
+        # else: all of them are spooled next (a partial success is resent: at-least-once, in order)
+
+    def _send_spooled(self) -> bool:
         entries = self.spool.peek(self._batch_size)
+        delivered = self._produce(entries)
+        self.spool.remove([e.seq for e in entries[:delivered]])
+        self.sent += delivered
+        return delivered == len(entries)
+
+    def _produce(self, entries: list[Entry]) -> int:
+        """Send in order and wait for the acks; returns how many, from the start, were acknowledged."""
         if not entries:
-            return True
+            return 0
         try:
             producer = self._ensure_producer()
             futures = [producer.send(e.topic, key=e.key, value=e.value) for e in entries]
             producer.flush(timeout=self._send_timeout_s)
         except KafkaError as exc:
-            log.warning("broker %s unreachable (%s); %d records spooled", self.servers, exc, len(self.spool))
-            return False
-        delivered: list[int] = []
-        for entry, future in zip(entries, futures):
+            log.warning("broker %s unreachable (%s); %d records spooled", self.servers, exc,
+                        len(self.spool) + len(self._pending))
+            return 0
+        done = 0
+        for future in futures:
             if not (future.is_done and future.succeeded()):
+                log.warning("broker %s: %d of %d records unacknowledged; will resend", self.servers,
+                            len(entries) - done, len(entries))
                 break  # resend this one and everything after it, keeping order
-            delivered.append(entry.seq)
-        self.spool.remove(delivered)
-        self.sent += len(delivered)
-        if len(delivered) < len(entries):
-            log.warning("broker %s: %d of %d records unacknowledged; will resend", self.servers,
-                        len(entries) - len(delivered), len(entries))
-            return False
-        return True
+            done += 1
+        return done
 
     def _ensure_producer(self) -> KafkaProducer:
         if self._producer is None:
             self._producer = KafkaProducer(**self._producer_config)
         return self._producer
-
