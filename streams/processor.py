@@ -59,11 +59,13 @@ class MessageProcessor:
         self.topics = topics
         self.codec = codec or Codec()
         self.stats = ProcessorStats()
+        self._logical: dict[str, str] = {}  # physical -> logical topic name, cached (hot path)
 
     def process(self, message: RawMessage) -> list[OutMessage]:
         """Handle one message; never raises on bad input."""
         self.stats.processed += 1
-        logical = self.topics.logical(message.topic)
+        logical = self._logical.get(message.topic) or self._logical.setdefault(
+            message.topic, self.topics.logical(message.topic))
         self.stats.by_topic[logical] = self.stats.by_topic.get(logical, 0) + 1
         try:
             record = self._decode(message, logical)
@@ -107,6 +109,8 @@ class MessageProcessor:
         return OutMessage(self.topics.name("dead-letter"), message.key or b"", self.codec.encode(letter))
 
     def _outputs(self, anomalies: list[Anomaly], incidents: list[Incident]) -> list[OutMessage]:
+        if not anomalies and not incidents:  # the common case, on the hot path
+            return []
         self.stats.anomalies += len(anomalies)
         self.stats.incidents += len(incidents)
         out = [OutMessage(self.topics.name("anomalies"), key_for(a), self.codec.encode(a)) for a in anomalies]
