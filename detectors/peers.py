@@ -12,8 +12,9 @@ suspects the cause is systemic (data, network) and nobody is named.
 `GpuSlowSignals` remembers, per node, the latest sign of a GPU running
 slow: thermal, power-brake or hardware-slowdown throttle reasons (NVML
 clock-event bits 0x08, 0x20, 0x40, 0x80; software power capping, 0x04, is
-normal under load and ignored), or an SM clock far below its maximum while
-busy.
+normal under load and ignored), an SM clock far below its maximum while
+busy, or a busy clock well below the job's other nodes (peer comparison).
+If more than a quarter of the nodes look slow, nobody is named.
 """
 
 from __future__ import annotations
@@ -125,17 +126,23 @@ class GpuSlowSignals:
     """Per node, the latest GPU evidence of running slow (throttling, low clocks)."""
 
     def __init__(self, *, clock_ratio: float = 0.8, busy_pct: float = 50.0, keep_s: float = 300.0,
-                 max_nodes: int = 100_000) -> None:
+                 peer_ratio: float = 0.92, max_nodes: int = 100_000) -> None:
         self.clock_ratio = clock_ratio
         self.busy_pct = busy_pct
         self.keep_s = keep_s
+        self.peer_ratio = peer_ratio
         self._slow: Bounded[str, tuple[float, dict[str, Any]]] = Bounded(max_nodes)
+        self._clock: Bounded[str, tuple[float, float]] = Bounded(max_nodes)  # node -> (ts, lowest busy clock ratio)
 
     def add(self, sample: NodeGpuSample) -> None:
         """Remember (or forget) one node's slow-GPU evidence; unobserved changes nothing."""
         if not sample.nvml_ok:
             return
         found: dict[str, Any] = {}
+        ratios = [g.sm_clock_mhz / g.max_sm_clock_mhz for g in sample.gpus
+                  if g.max_sm_clock_mhz > 0 and g.util_pct >= self.busy_pct]
+        if ratios:
+            self._clock[sample.node] = (sample.ts, min(ratios))
         for g in sample.gpus:
             if g.throttle_reasons & SLOW_THROTTLE_BITS:
                 found[f"{sample.node}:{g.index}"] = {"throttle_reasons": g.throttle_reasons, "temp_c": g.temp_c}
@@ -148,8 +155,17 @@ class GpuSlowSignals:
             del self._slow[sample.node]
 
     def slow_nodes(self, nodes: list[str], ts: float) -> list[str]:
-        """Those of `nodes` with recent slow-GPU evidence."""
-        return sorted(n for n in nodes if n in self._slow and ts - self._slow[n][0] <= self.keep_s)
+        """Those of `nodes` with recent slow-GPU evidence, or clocks well below their peers'.
+
+        Peers matter: a power-capped GPU may sit at 82 % of its maximum clock,
+        which looks fine alone but is far below the 99 % its peers run at.
+        """
+        slow = {n for n in nodes if n in self._slow and ts - self._slow[n][0] <= self.keep_s}
+        clocks = {n: self._clock[n][1] for n in nodes if n in self._clock and ts - self._clock[n][0] <= self.keep_s}
+        if len(clocks) >= 3:
+            typical = median(clocks.values())
+            slow |= {n for n, r in clocks.items() if r < self.peer_ratio * typical}
+        return sorted(slow) if len(slow) * 4 <= max(len(nodes), 1) else []
 
     def evidence(self, nodes: list[str], ts: float) -> dict[str, Any]:
         """The slow-GPU findings of `nodes`, keyed by "node:index"."""
@@ -157,7 +173,9 @@ class GpuSlowSignals:
         for n in nodes:
             if n in self._slow and ts - self._slow[n][0] <= self.keep_s:
                 out.update(self._slow[n][1])
+            if n in self._clock:
+                out[f"{n}:min_clock_ratio"] = round(self._clock[n][1], 3)
         return out
 
     def size(self) -> int:
-        return len(self._slow)
+        return len(self._slow) + len(self._clock)

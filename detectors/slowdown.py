@@ -152,7 +152,8 @@ class SlowdownDetector(Detector):
         assert s.episode is not None and s.rising is not None
         ranks, nodes, how = self._peers.suspects(rec.job)
         if not nodes and rec.ts - s.episode < self.localise_wait_s:
-            return []
+            if not self._gpu.slow_nodes(self._peers.nodes(rec.job), rec.ts):
+                return []  # wait a little for the peers to name the straggler
         s.reported = True
         return [self._report(rec, s.rising, recent, base, (ranks, nodes, how))]
 
