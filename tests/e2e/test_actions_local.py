@@ -1,0 +1,152 @@
+"""Incidents to recovery, end to end: real broker, real agent, real torch job.
+
+An incident on the real `<prefix>incidents` topic is decided by a real
+`trainguard act --executor local` process, which sends a signed
+`restart_from_checkpoint` to the real `trainguard run` agent supervising a
+small CPU torch job (the collectors' own e2e training script); the job
+resumes from the checkpoint before the onset, and the result lands on the
+audit topic. Then the safety properties: the same incident redelivered to a
+fresh consumer group (offsets lost) causes no second action, and a forged
+command is rejected by the agent and audited.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+
+from schemas.codec import Codec
+from schemas.records import (ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, Record,
+                             TrainingStep)
+from schemas.signing import sign
+from schemas.topics import Topics, key_for
+
+pytestmark = [pytest.mark.broker, pytest.mark.e2e]
+KEY = "e2e-actions-key"
+SCRIPT = Path(__file__).parent / "agent_train_script.py"
+JOB = "act-e2e"
+
+
+class Tap:
+    """Reads every topic of the test from the beginning; keeps what it saw."""
+
+    def __init__(self, servers: str, topics: Topics) -> None:
+        self.topics, self.codec = topics, Codec()
+        names = ("training", "checkpoints", "actions", "action-results", "audit", "decisions")
+        self.consumer = KafkaConsumer(*(topics.name(n) for n in names), bootstrap_servers=servers,
+                                      auto_offset_reset="earliest", group_id=None, metadata_max_age_ms=1000)
+        self.producer = KafkaProducer(bootstrap_servers=servers, acks="all")
+        self.seen: list[Record] = []
+
+    def publish(self, record: Record) -> None:
+        self.producer.send(self.topics.for_record(record), key=key_for(record), value=self.codec.encode(record))
+        self.producer.flush()
+
+    def wait(self, pred: Callable[[Record], bool], timeout_s: float = 90.0) -> Record:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            match = [r for r in self.seen if pred(r)]
+            if match:
+                return match[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nothing matched within {timeout_s}s ({len(self.seen)} records seen)")
+            for batch in self.consumer.poll(timeout_ms=300).values():
+                self.seen.extend(self.codec.decode(m.value) for m in batch)
+
+    def drain(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for batch in self.consumer.poll(timeout_ms=300).values():
+                self.seen.extend(self.codec.decode(m.value) for m in batch)
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.producer.close()
+
+
+@pytest.fixture
+def tap(kafka: str, topic_prefix: str) -> Iterator[Tap]:
+    t = Tap(kafka, Topics(topic_prefix))
+    yield t
+    t.close()
+
+
+def env_for(kafka: str, prefix: str, tmp: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": prefix,
+            "TRAINGUARD_TOPICS__PARTITIONS": "2", "TRAINGUARD_ACTIONS__HMAC_KEY": KEY,
+            "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp / "act"), "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "90",
+            "TRAINGUARD_COLLECTORS__SPOOL_DIR": str(tmp / "spool"),
+            "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR": str(tmp / "agent"),
+            "TRAINGUARD_COLLECTORS__AGENT__GRACE_S": "5", "JOB": JOB, "NODE_NAME": "node-1", "CKPT_DIR": str(tmp / "ckpt"),
+            "PYTHONUNBUFFERED": "1", **extra}
+
+
+def trainguard(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "trainguard.cli", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_incident_to_restart_from_checkpoint_with_idempotency_and_forgery(
+        kafka: str, topic_prefix: str, tmp_path: Path, tap: Tap) -> None:
+    (tmp_path / "ckpt").mkdir()
+    env = env_for(kafka, topic_prefix, tmp_path, TRAINGUARD_ACTIONS__GROUP_ID=f"a1-{topic_prefix}")
+    agent = trainguard(env, "run", "--job", JOB, "--node", "node-1", "--linger", "60", "--", sys.executable,
+                       str(SCRIPT))
+    try:
+        tap.wait(lambda r: isinstance(r, CheckpointEvent) and r.job == JOB and r.step >= 10)
+        now = time.time()
+        latest = max(r.step for r in tap.seen if isinstance(r, TrainingStep) and r.job == JOB)
+        incident = Incident(ts=now, id="inc-nan-1", kind="nan", job=JOB, onset=now, detected_at=now,
+                            ranks=[0], nodes=["node-1"], step=latest, anomaly_ids=["a1"])
+        tap.publish(incident)
+        act = trainguard(env, "act", "--executor", "local", "--max-incidents", "1", "--timeout", "150")
+        out, _ = act.communicate(timeout=200)
+        assert act.returncode == 0, out
+        assert "restore the latest checkpoint before step" in " ".join(out.split())
+
+        restart = tap.wait(lambda r: isinstance(r, ActionCommand) and r.action == "restart_from_checkpoint")
+        assert isinstance(restart, ActionCommand) and restart.incident_id == "inc-nan-1"
+        ckpt_step = restart.params["step"]
+        assert isinstance(ckpt_step, int) and ckpt_step < latest and ckpt_step % 5 == 0
+        resumed = tap.wait(lambda r: isinstance(r, TrainingStep) and r.job == JOB and r.attempt == 1)
+        assert isinstance(resumed, TrainingStep) and resumed.step == ckpt_step + 1  # resumed from the checkpoint
+        result = tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "result"
+                          and r.detail.get("action") == "restart_from_checkpoint")
+        assert isinstance(result, AuditEntry) and result.detail["status"] == "ok"
+        summary = tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "incident_summary")
+        assert isinstance(summary, AuditEntry) and summary.detail["status"] == "executed"
+        assert 0.0 <= summary.detail["ettr"]["ettr"] <= 1.0 and summary.detail["ettr"]["wall_s"] > 0
+        events = {r.event for r in tap.seen if isinstance(r, AuditEntry)}
+        assert {"decision", "command", "result", "decision_executed"} <= events
+
+        # Redelivery after lost offsets (fresh group, same journal) + a forged command meanwhile.
+        tap.publish(incident)
+        env2 = {**env, "TRAINGUARD_ACTIONS__GROUP_ID": f"a2-{topic_prefix}"}
+        act2 = trainguard(env2, "act", "--executor", "local", "--timeout", "30")
+        tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "duplicate_incident")
+        forged = sign(ActionCommand(ts=time.time(), id="forged-1", action="restart_from_checkpoint", job=JOB,
+                                    params={"step": 5, "path": str(tmp_path / "ckpt" / "step5.pt")}), b"wrong-key")
+        tap.publish(forged)
+        rejected = tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "action_result"
+                            and r.subject_id == "forged-1")
+        assert isinstance(rejected, AuditEntry) and rejected.detail["status"] == "rejected"
+        out2, _ = act2.communicate(timeout=90)
+        assert act2.returncode == 0, out2
+        tap.drain(2.0)
+        restarts = [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "restart_from_checkpoint"
+                    and r.signature == restart.signature]
+        assert len(restarts) == 1  # the redelivered incident caused no second action
+        assert not any(isinstance(r, TrainingStep) and r.attempt >= 2 for r in tap.seen)  # forgery did nothing
+        assert any(isinstance(r, ActionResult) and r.command_id == "forged-1" and r.status == "rejected"
+                   for r in tap.seen)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.communicate(timeout=60)
