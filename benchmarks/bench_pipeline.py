@@ -208,13 +208,15 @@ async def _steady(servers: str, topics: Topics, rate: float, seconds: float, sen
     nodes = max(1, int(rate / events_per_node_s()))  # a fleet that emits `rate` events/s
     start, sent, second, next_nan = time.time(), 0, 0, time.time()
     backlog: list[Record] = []
+    slice_size = 1
     try:
         while time.time() - start < seconds:
             tick = time.time()
             if not backlog:
                 backlog = list(fleet_second(nodes, tick, second))
+                slice_size = len(backlog) // 10 + 1
                 second += 1
-            chunk, backlog = backlog[: len(backlog) // 10 + 1], backlog[len(backlog) // 10 + 1:]
+            chunk, backlog = backlog[:slice_size], backlog[slice_size:]
             sent += await _send_all(producer, codec, topics, chunk, flush=False)
             while time.time() >= next_nan:
                 nan = TrainingStep(ts=time.time(), job=f"nan-{len(sent_at)}", rank=0, node="node-0000", step=1,
