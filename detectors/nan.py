@@ -1,77 +1,138 @@
-"""NaN/Inf in loss or grad norm: the first step where it appears."""
+"""NaN/Inf in loss or grad norm: the first step where it appears, and who had it first.
+
+A NaN born on one rank reaches every rank through the next all-reduce, and
+ranks' records reach us in arrival order, not in the order they happened.
+So the first NaN record we see is not necessarily the culprit. The detector
+therefore *settles* for `settle_s` of event time (or until the job is two
+steps further on) and then reports the earliest (step, ts) NaN it saw: its
+rank, node and step. That keeps detection within about one step while
+naming the right rank under reordering.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from detectors.base import Detector, anomaly_id
-from detectors.common import finite
+from detectors.common import Bounded, finite
 from schemas.records import Anomaly, Record, TrainingStep, as_float
+
+
+class _First:
+    """The earliest NaN seen of a job's unreported episode."""
+
+    __slots__ = ("attempt", "step", "ts", "rank", "node", "fields", "seen")
+
+    def __init__(self, rec: TrainingStep, fields: list[str]) -> None:
+        self.attempt, self.step, self.ts, self.rank, self.node = rec.attempt, rec.step, rec.ts, rec.rank, rec.node
+        self.fields = fields
+        self.seen = rec.ts  # when the episode was first noticed
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, s) for s in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
 
 
 class NanDetector(Detector):
     """Flags the first non-finite loss or grad norm of a job, naming the rank.
 
     Every rank of a data-parallel job usually reports the same NaN at the same
-    step; they are one fault. The detector fires once per (job, step) with the
-    earliest rank that reported it, and stays quiet for later steps of the
-    same episode until that rank reports a finite step again (or the job restarts:
-    a new `attempt` opens a new episode, so a NaN recurring after a restart
-    is reported again).
+    step; they are one fault. The detector fires once per episode with the
+    earliest rank that had it, and stays quiet until that rank reports a
+    finite step again (or the job restarts: a new `attempt` opens a new
+    episode, so a NaN recurring after a restart is reported again).
 
     >>> from schemas.records import TrainingStep
     >>> d = NanDetector()
     >>> d.observe(TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=1, loss=2.0))
     []
-    >>> [a.kind for a in d.observe(TrainingStep(ts=2.0, job="j", rank=3, node="n1", step=2, loss="nan"))]
-    ['nan']
+    >>> d.observe(TrainingStep(ts=2.5, job="j", rank=3, node="n1", step=2, loss="nan"))
+    []
+    >>> d.observe(TrainingStep(ts=2.0, job="j", rank=1, node="n0", step=2, loss="nan"))  # earlier, arrived later
+    []
+    >>> [(a.kind, a.ranks, a.step) for a in d.tick(4.0)]
+    [('nan', [1], 2)]
     """
 
     consumes = frozenset({"step"})
 
-    def __init__(self, *, instance: str = "nan") -> None:
+    def __init__(self, *, instance: str = "nan", settle_s: float = 1.0, max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)
-        self._open: dict[str, tuple[int, int, int]] = {}  # job -> (attempt, step, rank) of the open episode
+        self.settle_s = settle_s
+        self._open: Bounded[str, tuple[int, int, int]] = Bounded(max_jobs)  # job -> reported (attempt, step, rank)
+        self._pending: dict[str, _First] = {}
 
     def observe(self, record: Record) -> list[Anomaly]:
         if not isinstance(record, TrainingStep):
             return []
+        if self._pending:  # any job's steps move event time on: report what has settled
+            due = self._due(record)
+            if due:
+                return due + self.observe(record)
         loss, grad = record.loss, record.grad_norm
         if loss.__class__ is float and loss - loss == 0.0 and (grad is None or finite(grad)):  # type: ignore
-            # the fast path: nothing to see
-            return self._healthy(record)
+            return self._healthy(record)  # the fast path: nothing to see
         bad = _nonfinite_fields(record)
         if not bad:
             return self._healthy(record)
         episode = self._open.get(record.job)
         if episode is not None and episode[0] >= record.attempt:
             return []
-        self._open[record.job] = (record.attempt, record.step, record.rank)
-        return [
-            Anomaly(
-                ts=record.ts,
-                id=anomaly_id(self.instance, record.job, record.step, record.attempt),
-                kind="nan",
-                detector=self.instance,
-                onset=record.ts,
-                job=record.job,
-                nodes=[record.node],
-                ranks=[record.rank],
-                step=record.step,
-                evidence={"fields": bad, "step": record.step, "rank": record.rank, "attempt": record.attempt},
-            )
-        ]
+        first = self._pending.get(record.job)
+        if first is None or record.attempt > first.attempt:
+            self._pending[record.job] = _First(record, bad)
+        elif record.attempt == first.attempt and (record.step, record.ts) < (first.step, first.ts):
+            seen = first.seen
+            self._pending[record.job] = first = _First(record, bad)
+            first.seen = seen
+        return []
 
     def _healthy(self, record: TrainingStep) -> list[Anomaly]:
-        """The episode closes when its rank is finite again past the bad step, or on a restart."""
+        first = self._pending.get(record.job)
+        if first is not None and record.step > first.step + 1:
+            return self._report(record.job, record.ts)  # the job moved on: nothing earlier can still arrive
         episode = self._open.get(record.job)
         if episode is not None and (record.attempt != episode[0] or
                                     (record.step > episode[1] and record.rank == episode[2])):
             del self._open[record.job]
         return []
 
+    def _due(self, record: TrainingStep) -> list[Anomaly]:
+        first = self._pending.get(record.job)
+        if first is not None and record.attempt > first.attempt:
+            return self._report(record.job, record.ts)  # a restart: the old episode is complete
+        return self.tick(record.ts)
+
+    def tick(self, ts: float) -> list[Anomaly]:
+        if not self._pending:
+            return []
+        due = [job for job, first in self._pending.items() if ts - first.seen >= self.settle_s]
+        return [a for job in sorted(due) for a in self._report(job, ts)]
+
+    def _report(self, job: str, now: float) -> list[Anomaly]:
+        first = self._pending.pop(job)
+        self._open[job] = (first.attempt, first.step, first.rank)
+        return [
+            Anomaly(
+                ts=max(now, first.ts),
+                id=anomaly_id(self.instance, job, first.step, first.attempt),
+                kind="nan",
+                detector=self.instance,
+                onset=first.ts,
+                job=job,
+                nodes=[first.node],
+                ranks=[first.rank],
+                step=first.step,
+                evidence={"fields": first.fields, "step": first.step, "rank": first.rank, "attempt": first.attempt},
+            )
+        ]
+
     def state_size(self) -> int:
-        return len(self._open)
+        return len(self._open) + len(self._pending)
 
 
 def _nonfinite_fields(step: TrainingStep) -> list[str]:

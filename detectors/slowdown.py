@@ -9,7 +9,9 @@ Two questions, answered separately:
    event time, 3..15 steps) is compared with a robust baseline (median of
    up to `baseline_n` older steps). It fires when the recent median exceeds
    the baseline by `min_rel` *and* by `k` robust standard errors, for
-   `confirm` consecutive steps. The baseline never learns from an open
+   `confirm` consecutive steps. Until a straggler is named (or for at most
+   `localise_wait_s`) the episode must persist, or it is dropped as a
+   fluctuation. The baseline never learns from an open
    episode (river's protect-the-model idea); if the new speed persists for
    `accept_s` it becomes the new normal. A median is used rather than river's
    PageHinkley, which is scale-dependent and trips on checkpoint steps.
@@ -75,7 +77,7 @@ class SlowdownDetector(Detector):
         self,
         *,
         instance: str = "slowdown",
-        min_rel: float = 0.06,
+        min_rel: float = 0.07,
         k: float = 4.0,
         recent_s: float = 40.0,
         confirm: int = 2,
@@ -150,6 +152,9 @@ class SlowdownDetector(Detector):
     def _maybe_report(self, s: _Series, rec: TrainingStep, recent: float, base: float) -> list[Anomaly]:
         """Report once the stragglers are known, or `localise_wait_s` after detection at the latest."""
         assert s.episode is not None and s.rising is not None
+        if recent < base * (1 + self.min_rel / 2):  # it did not last: a fluctuation, not a fault
+            s.episode, s.hits, s.rising, s.reported = None, 0, None, True
+            return []
         ranks, nodes, how = self._peers.suspects(rec.job)
         if not nodes and rec.ts - s.episode < self.localise_wait_s:
             if not self._gpu.slow_nodes(self._peers.nodes(rec.job), rec.ts):

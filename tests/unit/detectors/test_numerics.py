@@ -21,13 +21,23 @@ def test_nan_first_step_earliest_rank_once(bad: dict[str, object]) -> None:
     feed(d, f.steps(5))
     out = feed(d, f.steps(3, bad={5: bad, 9: bad}))
     assert [(a.kind, a.step, a.ranks) for a in out] == [("nan", 6, [5])]
+    assert out[0].ts - out[0].onset <= 1.0 + f.step_s * 1.5  # within about one step
+
+
+def test_nan_names_the_earliest_rank_even_when_its_record_arrives_late() -> None:
+    f, d = Fleet(), NanDetector()
+    feed(d, f.steps(5))
+    bad_step = f.steps(1, bad={3: {"loss": "nan"}, 8: {"loss": "nan"}})
+    late_first = sorted(bad_step, key=lambda r: -getattr(r, "rank", 0))  # rank 8's record comes first
+    out = feed(d, late_first + f.steps(3))
+    assert [(a.step, a.ranks) for a in out] == [(6, [3])]
 
 
 def test_nan_recurring_after_restart_is_reported_again_and_is_sdc_evidence() -> None:
     f, nan, sdc = Fleet(), NanDetector(), SdcDetector()
     records = f.steps(5) + f.steps(1, bad={2: {"loss": "nan"}})
     f.attempt, f.step = 1, 3
-    records += f.steps(2) + f.steps(1, bad={2: {"loss": "nan"}})
+    records += f.steps(2) + f.steps(1, bad={2: {"loss": "nan"}}) + f.steps(2)
     assert [a.step for a in feed(nan, records)] == [6, 6]
     found = feed(sdc, records)
     assert [(a.kind, a.evidence["cause"], a.ranks) for a in found] == [("sdc", "nan_recurs_after_restart", [2])]
