@@ -230,9 +230,12 @@ class DecisionEngine:
         if nodes_from is not None:
             cond["nodes_from"] = nodes_from
         ckpt = ckpt or self.checkpoints.latest(inc.job)
+        # The restart does not depend on the diagnosis: a stopped or hung job must train again even
+        # when the self-check named no machine (then nothing is evicted and all nodes restart).
+        restart_cond = {k: v for k, v in cond.items() if k != "nodes_from"}
         return [PlannedAction(action="evict_node", nodes=nodes, params={"reason": inc.kind, **cond}),
                 PlannedAction(action="swap_standby", nodes=nodes, params=dict(cond)),
-                PlannedAction(action="restart_from_checkpoint", params={**_ckpt_params(ckpt), **cond})]
+                PlannedAction(action="restart_from_checkpoint", params={**_ckpt_params(ckpt), **restart_cond})]
 
     def _escalate(self, inc: Incident, rule: str, reason: str) -> Decision:
         return self._decision(inc, rule=rule, reason=reason,
