@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +32,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from trainguard.localkafka.broker import LocalBroker
 
     console = Console()
+    # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so every demo process is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not settings.broker.bootstrap:
         LocalBroker(settings.broker).start()
     scenario = short_scenario() if args.short else DemoScenario()

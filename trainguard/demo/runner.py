@@ -271,13 +271,11 @@ class DemoRunner:
         return env
 
     def _train_cmd(self) -> list[str]:
-        n = len(self.sc.nodes)
-        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(n), "--nproc-per-node", "1",
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{self.sc.master_port}",
-                "--rdzv-id", self.prefix.rstrip("."), "--max-restarts", "0",
-                "-m", "trainguard.demo.train", "--job", self.sc.job, "--steps", str(self.sc.steps),
-                "--ckpt-every", str(self.sc.ckpt_every), "--ckpt-dir", str(self.run_dir / "checkpoints"),
-                "--compute-s", str(self.sc.compute_s)]
+        """One rank per simulated node; ranks come from a c10d rendezvous, as under torchrun."""
+        return [sys.executable, "-m", "trainguard.demo.train", "--job", self.sc.job,
+                "--nnodes", str(len(self.sc.nodes)), "--rdzv-endpoint", f"127.0.0.1:{self.sc.master_port}",
+                "--steps", str(self.sc.steps), "--ckpt-every", str(self.sc.ckpt_every),
+                "--ckpt-dir", str(self.run_dir / "checkpoints"), "--compute-s", str(self.sc.compute_s)]
 
     def _standby_cmd(self) -> list[str]:
         """A warm standby idles until a restart command makes it join the job."""

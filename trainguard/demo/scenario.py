@@ -74,7 +74,8 @@ class DemoScenario:
                 "command_timeout_s": 60.0,
                 "state_dir": f"{state_dir}/actions",
             },
-            "collectors": {"agent": {"grace_s": 3.0, "linger_s": 3600.0, "stack_timeout_s": 5.0}},
+            "collectors": {"agent": {"grace_s": 3.0, "linger_s": 3600.0, "stack_timeout_s": 5.0,
+                                     "hang_suspect_s": 3.0, "hang_stack_every_s": 3.0}},
         }
         for section, values in self.extra_config.items():
             cfg.setdefault(section, {}).update(values)

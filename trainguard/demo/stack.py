@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -54,16 +55,19 @@ class DemoStack:
     def alive(self, name: str) -> bool:
         return any(p.name == name and p.proc.poll() is None for p in self.procs)
 
-    def stop_all(self, timeout_s: float = 20.0) -> None:
-        """SIGTERM every process group (newest first), SIGKILL the stragglers."""
+    def stop_all(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM every process group, then SIGKILL whatever is left after `timeout_s` in all."""
         for entry in reversed(self.procs):
             _signal_group(entry.proc, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
         for entry in reversed(self.procs):
             try:
-                entry.proc.wait(timeout=timeout_s)
+                entry.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _signal_group(entry.proc, signal.SIGKILL)
-                entry.proc.wait()
+                pass
+        for entry in self.procs:
+            _signal_group(entry.proc, signal.SIGKILL)
+            entry.proc.wait()
 
     def __enter__(self) -> DemoStack:
         return self

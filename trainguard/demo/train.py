@@ -1,6 +1,10 @@
 """The demo's training job: a small MLP, data-parallel over gloo on the CPU.
 
-Run one process per rank (torchrun sets RANK/WORLD_SIZE/MASTER_*). It is an
+Run one process per rank: under torchrun (which sets RANK/WORLD_SIZE/MASTER_*),
+or alone with `--nnodes N --rdzv-endpoint HOST:PORT`, in which case the
+process joins torch's c10d rendezvous itself, as torchrun's agent would, and
+gets its rank from it (the demo does this: one torch import per rank instead
+of two, which matters when restarts are timed on two cores). It is an
 ordinary PyTorch loop plus the trainguard hook, checkpoints every
 `--ckpt-every` steps, resumes from `TRAINGUARD_RESUME_PATH`, and loads the
 "code version" named by `TRAINGUARD_CODE_VERSION`: version `v2-bad` carries a
@@ -42,7 +46,7 @@ def batch(step: int, rank: int, size: int = 64) -> tuple[torch.Tensor, torch.Ten
 
 def main() -> None:
     args = _args()
-    dist.init_process_group("gloo")
+    _init_distributed(args)
     rank, world = dist.get_rank(), dist.get_world_size()
     node = os.environ.get("NODE_NAME", "node")
     code_version = os.environ.get("TRAINGUARD_CODE_VERSION", "v1")
@@ -90,6 +94,22 @@ def main() -> None:
     dist.destroy_process_group()
 
 
+def _init_distributed(args: argparse.Namespace) -> None:
+    """torchrun's environment if present, else a c10d rendezvous of `--nnodes` processes."""
+    if "RANK" in os.environ or not args.rdzv_endpoint:
+        dist.init_process_group("gloo")
+        return
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+
+    params = RendezvousParameters(backend="c10d", endpoint=args.rdzv_endpoint, run_id=args.job,
+                                  min_nodes=args.nnodes, max_nodes=args.nnodes, join_timeout="600",
+                                  last_call_timeout="1")
+    info = get_rendezvous_handler(params).next_rendezvous()
+    dist.init_process_group("gloo", store=dist.PrefixStore("train/", info.store), rank=info.rank,
+                            world_size=info.world_size)
+
+
 def _flip_a_bit(model: nn.Module) -> None:
     """Silent data corruption: flip one exponent bit of one weight in place."""
     with torch.no_grad():
@@ -127,6 +147,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--ckpt-every", type=int, default=20)
     p.add_argument("--ckpt-dir", default=".trainguard/demo/checkpoints")
     p.add_argument("--compute-s", type=float, default=0.15, help="simulated compute per step")
+    p.add_argument("--nnodes", type=int, default=1, help="processes to rendezvous with (without torchrun)")
+    p.add_argument("--rdzv-endpoint", default="", help="c10d rendezvous HOST:PORT (without torchrun)")
     return p.parse_args()
 
 
