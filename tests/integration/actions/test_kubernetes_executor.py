@@ -43,3 +43,29 @@ def test_unknown_node_is_a_failed_result_not_an_exception(fake_kube: Any) -> Non
         ex = KubernetesExecutor.connect(kubeconfig="", host=kube.url, clock=lambda: 2.0)
         result = ex.execute(command("cordon_node", "ghost"), targets=["ghost"])
         assert result.status == "failed" and "404" in result.message
+
+
+def test_rbac_manifest_grants_exactly_what_the_executor_uses(fake_kube: Any, kube_pod: Any) -> None:
+    """Least privilege: every rule is exercised by the executor, and every request is allowed by a rule."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    manifest = Path(__file__).resolve().parents[3] / "deploy" / "rbac" / "trainguard-act.yaml"
+    role = next(d for d in yaml.safe_load_all(manifest.read_text()) if d["kind"] == "ClusterRole")
+    granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
+    with fake_kube(["n1"], [kube_pod("trainer-0", "n1")]) as kube:
+        ex = KubernetesExecutor.connect(kubeconfig="", host=kube.url, clock=lambda: 2.0)
+        assert ex.execute(command("evict_node", "n1"), targets=["n1"]).status == "ok"
+        assert ex.execute(command("uncordon_node", "n1"), targets=["n1"]).status == "ok"
+    verbs = {"GET": "get", "PATCH": "patch", "POST": "create"}
+    used = set()
+    for method, path, *_ in kube.requests:
+        if re.fullmatch(r"/api/v1/nodes/[^/]+", path):
+            used.add(("nodes", verbs[method]))
+        elif path == "/api/v1/pods":
+            used.add(("pods", "list"))
+        elif path.endswith("/eviction"):
+            used.add(("pods/eviction", "create"))
+    assert used == granted
