@@ -1,8 +1,7 @@
-"""Fixtures for collector integration tests: free ports, and reading back what reached the broker."""
+"""Fixtures for collector integration tests: reading back what reached the broker."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,13 +11,6 @@ import pytest
 from kafka import KafkaConsumer
 
 from schemas.codec import Codec
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def read_records(servers: str, topics: list[str], *, expect: int, timeout_s: float = 30.0) -> list[Any]:

@@ -68,43 +68,31 @@ def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker
     broker.stop()
 
 
-def test_broker_restart_loses_nothing(own_broker: LocalBroker, topic_prefix: str, tmp_path: Path,
-        read_back: Callable[..., list[Any]]) -> None:
-    """Publish, stop the broker, keep publishing (spooled), start it: every record arrives, in order."""
+def test_broker_restart_and_collector_restart_lose_nothing(own_broker: LocalBroker, topic_prefix: str,
+                                                          tmp_path: Path,
+                                                          read_back: Callable[..., list[Any]]) -> None:
+    """Publish; stop the broker; keep publishing (spooled); restart the *collector* while the broker is
+    still down; start the broker: every record arrives, in the order it was published."""
     servers = own_broker.settings.servers
     topics = Topics(topic_prefix)
-    pub = Publisher(servers=servers, topics=topics, spool_dir=tmp_path / "spool", send_timeout_s=4.0,
-                    retry_backoff_s=0.5)
+    first = Publisher(servers=servers, topics=topics, spool_dir=tmp_path / "spool", send_timeout_s=4.0,
+                      retry_backoff_s=0.5)
     for i in range(50):
-        pub.publish(_step(i))
-    assert pub.flush(timeout_s=30)
+        first.publish(_step(i))
+    assert first.flush(timeout_s=30)
     own_broker.stop()
     for i in range(50, 150):
-        pub.publish(_step(i))
-        pub.publish(Heartbeat(ts=float(i), job="j1", rank=0, node="n0", step=i))
-    assert not pub.flush(timeout_s=3)  # the broker is down: nothing can be acknowledged
-    assert len(pub.spool) > 0
-    own_broker.start()
-    assert pub.close(timeout_s=60)
-    got = read_back(servers, [topics.name("training")], expect=250)
-    assert _steps_of(got) == list(range(150))
-    assert {r.step for r in got if isinstance(r, Heartbeat)} == set(range(50, 150))
-
-
-def test_collector_restart_loses_nothing(own_broker: LocalBroker, topic_prefix: str, tmp_path: Path,
-        read_back: Callable[..., list[Any]]) -> None:
-    """Records spooled by one publisher while the broker is down are sent by the next one."""
-    servers = own_broker.settings.servers
-    topics = Topics(topic_prefix)
-    own_broker.stop()
-    first = Publisher(servers=servers, topics=topics, spool_dir=tmp_path / "spool", send_timeout_s=2.0)
-    for i in range(40):
         first.publish(_step(i))
-    assert not first.close(timeout_s=2)  # undeliverable now: left on disk
-    assert len(list((tmp_path / "spool").iterdir())) == 40
+        first.publish(Heartbeat(ts=float(i), job="j1", rank=0, node="n0", step=i))
+    assert not first.flush(timeout_s=3)  # the broker is down: nothing can be acknowledged
+    assert not first.close(timeout_s=2)  # the collector stops: what is undelivered stays on disk
+    assert len(list((tmp_path / "spool").iterdir())) == 200
+    second = Publisher(servers=servers, topics=topics, spool_dir=tmp_path / "spool", retry_backoff_s=0.5)
+    for i in range(150, 160):
+        second.publish(_step(i))
     own_broker.start()
-    second = Publisher(servers=servers, topics=topics, spool_dir=tmp_path / "spool")
-    second.publish(_step(40))
     assert second.close(timeout_s=60)
-    got = read_back(servers, [topics.name("training")], expect=41)
-    assert _steps_of(got) == list(range(41))
+    assert second.stats()["dropped_low_value"] == 0 and len(second.spool) == 0
+    got = read_back(servers, [topics.name("training")], expect=260)
+    assert _steps_of(got) == list(range(160))
+    assert {r.step for r in got if isinstance(r, Heartbeat)} == set(range(50, 150))
