@@ -106,7 +106,7 @@ def _run_batch_loop(app: faust.App, settings: Settings, proc: MessageProcessor, 
     """Run the input side as one batch loop (streams.fastpath) instead of per-topic agents."""
     loop = BatchLoop(servers=settings.broker.servers, topics=topics, processor=proc,
                      group_id=f"{settings.worker.app_id}.detect", metrics=metrics,
-                     max_records=max(settings.worker.batch_size, 1), poll_timeout_s=settings.worker.batch_within_s,
+                     max_records=settings.worker.fetch_max_records, poll_timeout_s=settings.worker.batch_within_s,
                      lag_interval_s=settings.metrics.lag_interval_s)
     app.trainguard_batch_loop = loop  # type: ignore[attr-defined]
 

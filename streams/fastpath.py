@@ -46,6 +46,7 @@ class BatchLoop:
         max_records: int = 5000,
         poll_timeout_s: float = 0.05,
         lag_interval_s: float = 5.0,
+        commit_interval_s: float = 1.0,
     ) -> None:
         self.servers = servers
         self.topics = topics
@@ -56,6 +57,7 @@ class BatchLoop:
         self.max_records = max_records
         self.poll_timeout_s = poll_timeout_s
         self.lag_interval_s = lag_interval_s
+        self.commit_interval_s = commit_interval_s
         self._stopping = asyncio.Event()
 
     def stop(self) -> None:
@@ -83,20 +85,33 @@ class BatchLoop:
             await consumer.stop()
 
     async def _loop(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
-        next_lag = time.monotonic()
-        while not self._stopping.is_set():
-            fetched = await consumer.getmany(timeout_ms=int(self.poll_timeout_s * 1000), max_records=self.max_records)
-            outputs = self._process(fetched)
-            if not fetched:
-                ts = self.idle.idle_watermark()
-                if ts is not None:
-                    outputs = self.processor.advance(ts)
-            await self._publish(producer, outputs)
-            if fetched:
-                await consumer.commit()
-            if self.metrics is not None and time.monotonic() >= next_lag:
-                next_lag = time.monotonic() + self.lag_interval_s
-                self.metrics.refresh_lag(lambda t, p: consumer.highwater(TopicPartition(t, p)))
+        # Offsets are committed at most every `commit_interval_s` (a round trip
+        # per batch would cap the loop), always after the outputs of everything
+        # processed so far were acknowledged, and once more on the way out.
+        next_lag = next_commit = time.monotonic()
+        uncommitted = in_flight = False  # in_flight: fetched, outputs not yet acknowledged
+        try:
+            while not self._stopping.is_set():
+                fetched = await consumer.getmany(timeout_ms=int(self.poll_timeout_s * 1000),
+                                                 max_records=self.max_records)
+                in_flight = bool(fetched)
+                outputs = self._process(fetched)
+                if not fetched:
+                    ts = self.idle.idle_watermark()
+                    if ts is not None:
+                        outputs = self.processor.advance(ts)
+                await self._publish(producer, outputs)
+                uncommitted, in_flight = uncommitted or in_flight, False
+                now = time.monotonic()
+                if uncommitted and now >= next_commit:
+                    await consumer.commit()
+                    uncommitted, next_commit = False, now + self.commit_interval_s
+                if self.metrics is not None and now >= next_lag:
+                    next_lag = now + self.lag_interval_s
+                    self.metrics.refresh_lag(lambda t, p: consumer.highwater(TopicPartition(t, p)))
+        finally:
+            if uncommitted and not in_flight:  # never commit past a batch that failed
+                await _commit_quietly(consumer)
 
     def _process(self, fetched: dict[TopicPartition, list[ConsumerRecord[Any, Any]]]) -> list[OutMessage]:
         outputs: list[OutMessage] = []
@@ -118,6 +133,13 @@ class BatchLoop:
             self.metrics.count_outputs(outputs)
         acks = [await producer.send(out.topic, out.value, key=out.key) for out in outputs]
         await asyncio.gather(*acks)  # every output is on the broker before the offsets move
+
+
+async def _commit_quietly(consumer: AIOKafkaConsumer) -> None:
+    try:
+        await consumer.commit()
+    except Exception as exc:  # shutting down: the next owner re-reads from the last commit
+        log.warning("final offset commit failed (%s); those messages will be redelivered", exc)
 
 
 def to_raw(records: Sequence[ConsumerRecord[Any, Any]]) -> list[RawMessage]:

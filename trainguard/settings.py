@@ -53,6 +53,7 @@ class WorkerSettings(BaseModel):
     batch_size: int = Field(500, ge=1)
     batch_within_s: float = Field(0.05, gt=0)
     fast_path: bool = Field(True, description="consume in whole fetches (streams.fastpath) instead of one Faust agent per topic")
+    fetch_max_records: int = Field(5000, ge=1, description="most messages one fetch of the fast path hands over")
     state_dir: Path = Path(".trainguard/worker")
 
 

@@ -127,4 +127,5 @@ def test_worker_metrics_count_real_messages(kafka: str, worker: tuple[int, Topic
 def _settled(samples: Samples) -> bool:
     lags = {dict(k[1])["topic"]: v for k, v in samples.items() if k[0] == "trainguard_worker_consumer_lag"}
     events = sum(v for k, v in samples.items() if k[0] == "trainguard_worker_events_total")
-    return events >= 27 and set(lags) >= {"training", "gpu", "logs"} and not any(lags.values())
+    nan_reported = _get(samples, "trainguard_worker_incidents_total", kind="nan") >= 1  # after the NaN settles
+    return events >= 27 and nan_reported and set(lags) >= {"training", "gpu", "logs"} and not any(lags.values())

@@ -35,13 +35,14 @@ def test_a_fetch_is_processed_in_order_with_outputs_and_metrics() -> None:
     proc = MessageProcessor(DetectionPipeline([NanDetector()]), TOPICS)
     metrics = WorkerMetrics(stats=proc.stats, topics=TOPICS)
     loop = BatchLoop(servers="unused:9092", topics=TOPICS, processor=proc, group_id="g", metrics=metrics)
+    # the NaN detector reports once event time has moved past its settle time (the step at ts 105)
     fetched = {TopicPartition("u.training", 1): [_record(0, _step(1, 2.0)), _record(1, _step(2, "nan")),
-                                                 _record(2, b"not json")]}
+                                                 _record(2, b"not json"), _record(3, _step(5, 2.0))]}
     outputs = loop._process(fetched)
     topics = [o.topic for o in outputs]
-    assert topics == ["u.anomalies", "u.incidents", "u.dead-letter"]
-    assert decode(outputs[0].value).step == 2
-    assert proc.stats.processed == 3 and proc.stats.dead_lettered == 1
+    assert topics == ["u.dead-letter", "u.anomalies", "u.incidents"]
+    assert decode(outputs[1].value).step == 2
+    assert proc.stats.processed == 4 and proc.stats.dead_lettered == 1
     assert metrics.value("trainguard_worker_batch_seconds_count") == 1
     metrics.refresh_lag(lambda t, p: 10)
-    assert metrics.value("trainguard_worker_consumer_lag", topic="training", partition="1") == 7
+    assert metrics.value("trainguard_worker_consumer_lag", topic="training", partition="1") == 6
