@@ -3,9 +3,9 @@
 A NaN shows up on every rank; a dead switch makes every node behind it
 report network errors. Operators and the action engine want one incident
 per fault: per job and kind, opened by the first anomaly and kept open
-while related anomalies keep coming within `window_s` of event time. A
-hardware finding with no job is keyed by its node instead, so unrelated
-machines never merge.
+while related anomalies keep coming within `window_s` of event time. GPU
+faults (hw_fault) are node-local, so they are kept per job *and node*; a
+finding with no job is keyed by its node, so unrelated machines never merge.
 
 Symptoms do not open incidents of their own while their cause is open: a
 hang or slowdown of a job that already has an open hw_fault, network,
@@ -24,6 +24,19 @@ from detectors.base import anomaly_id
 from schemas.records import Anomaly, Incident
 
 CAUSES = frozenset({"hw_fault", "network", "user_error", "nan", "sdc"})
+NODE_LOCAL = frozenset({"hw_fault"})
+
+
+def _scope(anomaly: Anomaly) -> str:
+    """What one incident is about: the job; for GPU faults, the job's node.
+
+    Two GPUs failing on two machines are two faults (two evictions), even in
+    one job; a NaN on 512 ranks, or a switch failure seen by many nodes, is one.
+    """
+    nodes = ",".join(anomaly.nodes)
+    if anomaly.kind in NODE_LOCAL:
+        return f"{anomaly.job}|{nodes}"
+    return anomaly.job or "node:" + nodes
 SYMPTOMS = frozenset({"hang", "slowdown"})
 
 
@@ -58,7 +71,7 @@ class IncidentCorrelator:
     def add(self, anomaly: Anomaly) -> list[Incident]:
         """Absorb one anomaly; return the incident it opens, if it opens one."""
         self.expire(anomaly.ts)
-        key = (anomaly.job or "node:" + ",".join(anomaly.nodes), anomaly.kind)
+        key = (_scope(anomaly), anomaly.kind)
         current = self._open.get(key)
         if current is None and anomaly.kind in SYMPTOMS:
             current = self._cause_of(anomaly)

@@ -33,3 +33,12 @@ def test_hang_caused_by_a_fault_is_absorbed_not_a_second_incident() -> None:
     assert c.add(a(90.0, "slowdown", job="other", nodes=("n9",))) != []  # unrelated: its own incident
     opened = {i.kind: i for i in c.open_incidents()}
     assert len(opened["hw_fault"].anomaly_ids) == 2
+
+
+def test_gpu_faults_on_two_machines_of_one_job_are_two_incidents() -> None:
+    c = IncidentCorrelator()
+    assert c.add(a(1.0, "hw_fault", nodes=("n1",)))
+    assert c.add(a(2.0, "hw_fault", nodes=("n2",)))
+    assert c.add(a(3.0, "hw_fault", nodes=("n1",))) == []
+    assert c.add(a(4.0, "network", nodes=("n1",)))
+    assert c.add(a(5.0, "network", nodes=("n2",))) == []  # one switch, many nodes: one incident
