@@ -163,7 +163,7 @@ class _World:
     def __init__(self, machines: list[str], *, ppn: int, stages: list[str], timeout_s: float,
                  workdir: Path | None, groups: list[list[str]] | None = None) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="tg-selfcheck-") if workdir is None else None
-        self.dir = Path(self._tmp.name) if self._tmp else workdir  # type: ignore[assignment]
+        self.dir: Path = Path(self._tmp.name) if self._tmp is not None else Path(str(workdir))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.size = len(machines) * ppn
         self.timeout_s = timeout_s

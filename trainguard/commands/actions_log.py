@@ -63,9 +63,9 @@ def _log(args: argparse.Namespace, journal: object) -> int:
     for col in ("decision", "job", "kind", "status", "rule", "reason", "steps"):
         table.add_column(col, overflow="fold")
     for d in decisions:
-        steps = ", ".join(f"{r.action}:{r.status}" for r in journal.steps(d.id))
+        done = ", ".join(f"{r.action}:{r.status}" for r in journal.steps(d.id))
         status = f"{d.status} (dry-run)" if d.dry_run else d.status
-        table.add_row(d.id, d.job, d.kind, status, d.rule, d.reason, steps)
+        table.add_row(d.id, d.job, d.kind, status, d.rule, d.reason, done)
     Console().print(table)
     return 0
 
