@@ -38,7 +38,7 @@ from kafka import KafkaConsumer
 
 from benchmarks.bench_codec import sample
 from schemas.codec import Codec
-from schemas.records import Heartbeat, NodeGpuSample, Record, TrainingStep
+from schemas.records import Heartbeat, NodeGpuSample, Record, TrainingStep, XidEvent
 from schemas.topics import Topics, key_for
 from streams.admin import ensure_topics
 from trainguard.settings import load_settings
@@ -165,13 +165,16 @@ def measure_throughput(servers: str, workdir: Path, nodes: int, count: int) -> t
     raise RuntimeError("the worker did not drain the backlog within 10 minutes")
 
 
-def measure_latency(servers: str, workdir: Path, rate: float, seconds: float) -> list[float]:
-    """Event-to-anomaly latencies (s) of NaN steps injected into a steady `rate` events/s."""
+def measure_latency(servers: str, workdir: Path, rate: float, seconds: float) -> dict[str, list[float]]:
+    """Event-to-anomaly latencies (s) by kind of faults injected into a steady `rate` events/s.
+
+    Alternately an XID 79 on a node of its own (hw_fault) and a NaN step of a job of its own (nan).
+    """
     prefix = f"lat{uuid.uuid4().hex[:6]}."
     topics = Topics(prefix)
     ensure_topics(servers, topics.all(), partitions=load_settings().topics.partitions, replication=1)
     sent_at: dict[str, float] = {}
-    latencies: list[float] = []
+    latencies: dict[str, list[float]] = {"hw_fault": [], "nan": []}
     stop = threading.Event()
 
     def collect() -> None:  # its own thread, so arrival times are not held up by producing
@@ -182,8 +185,10 @@ def measure_latency(servers: str, workdir: Path, rate: float, seconds: float) ->
                 now = time.time()
                 for msg in messages:
                     anomaly = codec.decode(msg.value)
-                    if anomaly.kind == "nan" and anomaly.job in sent_at:
-                        latencies.append(now - anomaly.ts)
+                    key = anomaly.job if anomaly.kind == "nan" else (anomaly.nodes or [""])[0]
+                    sent = sent_at.pop(key, None) if anomaly.kind in latencies else None
+                    if sent is not None:  # from the fault's send time (its `ts`) to its anomaly's arrival
+                        latencies[anomaly.kind].append(now - sent)
         consumer.close()
 
     with worker(servers, prefix, workdir) as (port, _pid):
@@ -192,21 +197,22 @@ def measure_latency(servers: str, workdir: Path, rate: float, seconds: float) ->
         time.sleep(5)  # let the worker join its group and start fetching
         listener = threading.Thread(target=collect, daemon=True)
         listener.start()
-        sent = asyncio.run(_steady(servers, topics, rate, seconds, sent_at))
+        sent, injected = asyncio.run(_steady(servers, topics, rate, seconds, sent_at))
         time.sleep(3)
         stop.set()
         listener.join(timeout=10)
     print(f"  produced {sent / seconds:,.0f} events/s (asked {rate:,.0f}) for {seconds:.0f} s; "
-          f"{len(sent_at)} NaN steps injected, {len(latencies)} anomalies received")
+          f"{injected} faults injected, {sum(map(len, latencies.values()))} anomalies received")
     return latencies
 
 
-async def _steady(servers: str, topics: Topics, rate: float, seconds: float, sent_at: dict[str, float]) -> int:
-    """Produce the fleet mix at `rate` events/s in 100 ms slices, a NaN step every 0.25 s."""
+async def _steady(servers: str, topics: Topics, rate: float, seconds: float,
+                  sent_at: dict[str, float]) -> tuple[int, int]:
+    """Produce the fleet mix at `rate` events/s in 100 ms slices, a fault every 0.25 s; (events, faults)."""
     codec, producer = Codec(), _producer(servers)
     await producer.start()
     nodes = max(1, int(rate / events_per_node_s()))  # a fleet that emits `rate` events/s
-    start, sent, second, next_nan = time.time(), 0, 0, time.time()
+    start, sent, second, next_nan, injected = time.time(), 0, 0, time.time(), 0
     backlog: list[Record] = []
     slice_size = 1
     try:
@@ -219,15 +225,23 @@ async def _steady(servers: str, topics: Topics, rate: float, seconds: float, sen
             chunk, backlog = backlog[:slice_size], backlog[slice_size:]
             sent += await _send_all(producer, codec, topics, chunk, flush=False)
             while time.time() >= next_nan:
-                nan = TrainingStep(ts=time.time(), job=f"nan-{len(sent_at)}", rank=0, node="node-0000", step=1,
-                                   loss="nan")
-                sent_at[nan.job] = nan.ts
-                await _send_all(producer, codec, topics, [nan], flush=False)
-                next_nan += 0.25
+                fault = _fault(injected)
+                sent_at[fault.job if isinstance(fault, TrainingStep) else fault.node] = fault.ts
+                await _send_all(producer, codec, topics, [fault], flush=False)
+                injected, next_nan = injected + 1, next_nan + 0.25
             await asyncio.sleep(max(0.0, tick + 0.1 - time.time()))
     finally:
         await producer.stop()
-    return sent
+    return sent, injected
+
+
+def _fault(i: int) -> TrainingStep | NodeGpuSample:
+    """The i-th injected fault, stamped with the send time: an XID 79 or a NaN loss."""
+    now = time.time()
+    if i % 2:
+        return TrainingStep(ts=now, job=f"nan-{i}", rank=0, node="node-0000", step=1, loss="nan")
+    return NodeGpuSample(ts=now, node=f"xid-{i}", job="bench", gpus=sample().gpus,
+                         xids=[XidEvent(gpu=0, code=79, ts=now, message="GPU has fallen off the bus")])
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -263,9 +277,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _print_latency(lat: Sequence[float]) -> None:
-    print(f"event-to-anomaly latency: p50 {percentile(lat, 0.5) * 1000:,.0f} ms, p99 {percentile(lat, 0.99) * 1000:,.0f} ms "
-          f"(target p99 <= 1,000 ms; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+def _print_latency(latencies: dict[str, list[float]]) -> None:
+    print(f"event-to-anomaly latency (target p99 <= 1,000 ms; load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores):")
+    for kind, lat in latencies.items():
+        note = " (includes the NaN detector's 1 s event-time settle window)" if kind == "nan" else ""
+        print(f"  {kind:9s} n={len(lat):4d}  p50 {percentile(lat, 0.5) * 1000:,.0f} ms, "
+              f"p99 {percentile(lat, 0.99) * 1000:,.0f} ms{note}")
 
 
 if __name__ == "__main__":
