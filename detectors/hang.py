@@ -24,7 +24,7 @@ from typing import Any
 
 from detectors.base import Detector
 from detectors.common import Bounded, Rolling, finding
-from detectors.stacks import outliers, signature
+from detectors.stacks import is_background_thread, is_observer_thread, outliers, signature
 from schemas.records import (
     Anomaly, CheckpointEvent, Heartbeat, JobTopology, NodeGpuSample, PhaseChange, RdmaSample, Record,
     StackSample, TrainingStep,
@@ -132,8 +132,13 @@ class HangDetector(Detector):
             phase = "checkpointing" if record.status == "started" else "training"
             self._phase(self._job(record.job, record.ts), phase, record.rank, record.ts)
         elif isinstance(record, StackSample):
+            if is_observer_thread(record.frames):
+                return []  # the hook's and Kafka's own threads look alike on every rank
             job = self._job(record.job, record.ts)
-            job.stacks[record.rank] = (record.ts, signature(record.frames))
+            prev = job.stacks.get(record.rank)
+            # One dump yields a sample per thread; the main thread speaks for the rank.
+            if prev is None or record.ts > prev[0] + 0.5 or not is_background_thread(record.frames):
+                job.stacks[record.rank] = (record.ts, signature(record.frames))
             job.rank_node.setdefault(record.rank, record.node)
         elif isinstance(record, RdmaSample):
             self._rdma[record.node] = sum(p.tx_bps + p.rx_bps for p in record.ports)

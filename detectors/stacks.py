@@ -27,6 +27,37 @@ def signature(frames: list[str], depth: int = 3) -> tuple[str, ...]:
     return tuple(_LINE.sub("", f.strip()) or f for f in frames[-depth:])
 
 
+# Threads started by the monitoring itself: trainguard's hook (heartbeat, publisher) and the Kafka
+# client's I/O threads. They are alike on every rank and never explain a stall.
+_OBSERVER_MODULES = ("collectors/training_hook.py", "collectors/publisher.py", "/kafka/", "/aiokafka/")
+
+
+def is_background_thread(frames: list[str]) -> bool:
+    """True when the stack starts in `threading` (any thread but the main one).
+
+    >>> is_background_thread(["_bootstrap (threading.py:995)", "run (threading.py:982)", "work (x.py:3)"])
+    True
+    >>> is_background_thread(["<module> (train.py:9)", "main (train.py:40)"])
+    False
+    """
+    return bool(frames) and "threading.py" in frames[0]
+
+
+def is_observer_thread(frames: list[str]) -> bool:
+    """True for a monitoring thread: its entry point (first frame past `threading`) is ours or Kafka's.
+
+    >>> is_observer_thread(["_bootstrap (threading.py:995)", "_beat (/x/collectors/training_hook.py:201)", "wait (threading.py:320)"])
+    True
+    >>> is_observer_thread(["<module> (train.py:9)", "step (/x/collectors/training_hook.py:130)"])
+    False
+    """
+    for frame in frames:
+        if "threading.py" in frame:
+            continue
+        return is_background_thread(frames) and any(m in frame for m in _OBSERVER_MODULES)
+    return False
+
+
 def outliers(stacks: dict[int, tuple[str, ...]], *, outlier_fraction: float = 0.25) -> list[int]:
     """Ranks whose stack signature is rare compared with the majority.
 
