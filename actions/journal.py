@@ -112,6 +112,21 @@ class Journal:
 
     def request_breaker_reset(self) -> int:
         """Leave an operator's reset request for the running consumer; return its number."""
-        count = int(self.get_state("operator").get("breaker_resets", 0)) + 1
-        self.put_state("operator", {"breaker_resets": count})
-        return count
+        state = self.get_state("operator")
+        state["breaker_resets"] = int(state.get("breaker_resets", 0)) + 1
+        self.put_state("operator", state)
+        return int(state["breaker_resets"])
+
+    def request_node_return(self, node: str) -> None:
+        """Queue a repaired node (its self-check passed) for the standby pool."""
+        state = self.get_state("operator")
+        state["returns"] = sorted({*state.get("returns", []), node})
+        self.put_state("operator", state)
+
+    def take_node_returns(self) -> list[str]:
+        """The queued node returns, emptying the queue."""
+        state = self.get_state("operator")
+        returns = [str(n) for n in state.pop("returns", [])]
+        if returns:
+            self.put_state("operator", state)
+        return returns

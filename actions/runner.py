@@ -114,6 +114,12 @@ class PlanRunner:
         if requested > self._resets_seen:
             self._resets_seen = requested
             self.reset_breaker()
+        for node in self.journal.take_node_returns():  # queued only after a passing self-check
+            if self.rails.pool.return_node(node, self_check_passed=True):
+                for gone in self.evicted.values():
+                    gone.discard(node)
+                self._save_state()
+                self._audit("standby_returned", node, {"pool_size": self.rails.pool.size})
 
     def reset_breaker(self) -> None:
         """Operator reset of a tripped circuit breaker."""
@@ -228,12 +234,14 @@ class PlanRunner:
     def _load_state(self) -> None:
         state = self.journal.get_state("rails")
         self.rails.breaker.restore(state.get("breaker", {}))
+        self.rails.cooldown.restore(state.get("cooldown", {}))
         if "pool" in state:
             self.rails.pool.restore(state["pool"])
         self.evicted = {j: set(ns) for j, ns in state.get("evicted", {}).items()}
 
     def _save_state(self) -> None:
         self.journal.put_state("rails", {"breaker": self.rails.breaker.snapshot(), "pool": self.rails.pool.snapshot(),
+                                         "cooldown": self.rails.cooldown.snapshot(),
                                          "evicted": {j: sorted(ns) for j, ns in self.evicted.items()}})
 
 

@@ -115,6 +115,14 @@ class Cooldown:
         for node in nodes:
             self._last[node] = max(ts, self._last.get(node, ts))
 
+    def snapshot(self) -> dict[str, float]:
+        """Plain state for the journal."""
+        return dict(self._last)
+
+    def restore(self, state: dict[str, float]) -> None:
+        """Inverse of `snapshot`."""
+        self._last = {str(k): float(v) for k, v in state.items()}
+
 
 def needs_approval(kind: str, approval_kinds: list[str]) -> bool:
     """Approval mode: chosen kinds wait for an operator before executing."""

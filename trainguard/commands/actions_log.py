@@ -3,7 +3,8 @@
 `log` shows recent decisions with their reasons, `approve` releases a
 decision held by approval mode, `reset-breaker` closes a tripped circuit
 breaker (the running `trainguard act` picks both up within a poll), and
-`pool` shows the warm-standby pool. (`actions-log` is an alias: the CLI
+`pool` shows the warm-standby pool, and `return-node` puts a repaired node
+back in it, only with a passing self-check report for that node. (`actions-log` is an alias: the CLI
 finds command modules by name, and this module is `actions_log`.)
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -30,6 +32,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     approve.add_argument("decision_id")
     verbs.add_parser("reset-breaker", help="close a tripped circuit breaker")
     verbs.add_parser("pool", help="warm-standby pool size and the swaps made")
+    back = verbs.add_parser("return-node", help="return a repaired node to the standby pool, "
+                            "given its passing `trainguard selfcheck` report")
+    back.add_argument("node")
+    back.add_argument("--report", type=Path, required=True,
+                      help="JSON printed by `trainguard selfcheck --machines NODE` (must say passed: true)")
     p.set_defaults(handler=run)
 
 
@@ -42,7 +49,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 1
     journal = Journal(path)
     try:
-        return {"log": _log, "approve": _approve, "reset-breaker": _reset, "pool": _pool}[args.verb](args, journal)
+        verbs = {"log": _log, "approve": _approve, "reset-breaker": _reset, "pool": _pool, "return-node": _return}
+        return verbs[args.verb](args, journal)
     finally:
         journal.close()
 
@@ -103,4 +111,23 @@ def _pool(args: argparse.Namespace, journal: object) -> int:
     pool = journal.get_state("rails").get("pool", {})
     spares, swaps = pool.get("spares", []), pool.get("swaps", {})
     print(json.dumps({"size": len(spares), "exhausted": not spares, "spares": spares, "swaps": swaps}))
+    return 0
+
+
+def _return(args: argparse.Namespace, journal: object) -> int:
+    from actions.journal import Journal
+
+    assert isinstance(journal, Journal)
+    try:
+        report = json.loads(args.report.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"trainguard actions: --report {args.report}: {exc}")
+        return 2
+    machines = report.get("machines") or [m for s in report.get("stages", []) for m in s.get("detail", {}).get(
+        "digests", {})]
+    if report.get("passed") is not True or args.node not in machines:
+        print(f"trainguard actions: {args.node} stays out: the report is not a passing self-check of it")
+        return 1
+    journal.request_node_return(args.node)
+    print(f"{args.node} queued for the standby pool; `trainguard act` adds it at its next poll")
     return 0

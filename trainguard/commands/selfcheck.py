@@ -47,7 +47,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     else:
         report = run_hierarchy([str(m) for m in params["machines"]], checks=list(params["checks"]),
                                ppn=int(params.get("procs_per_machine", args.procs_per_machine)), timeout_s=timeout_s)
-    out = {"action": action, "phase": params.get("phase"), **report.as_dict()}
+    machines = [m for g in params["groups"] for m in g] if action == "replay_regroup" else params["machines"]
+    out = {"action": action, "phase": params.get("phase"), "machines": machines, **report.as_dict()}
     print(json.dumps(out))
     return 0 if report.passed else 1
 

@@ -85,3 +85,19 @@ def test_ettr_from_a_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert 0 < report["ettr"] < 1
     assert main(["ettr", "--job", "llm", "--recording", str(path)]) == 0
     assert "productive" in capsys.readouterr().out
+
+
+def test_repaired_node_returns_only_with_a_passing_self_check(state: Path, tmp_path: Path) -> None:
+    _, run = runner(state, approval=[])
+    run.rails.pool.take(replacing="n1")
+    failing = tmp_path / "fail.json"
+    failing.write_text(json.dumps({"passed": False, "machines": ["n1"], "culprits": ["n1"]}))
+    passing = tmp_path / "pass.json"
+    passing.write_text(json.dumps({"passed": True, "machines": ["n1"], "culprits": []}))
+    assert main(["actions", "return-node", "n1", "--report", str(failing)]) == 1
+    assert main(["actions", "return-node", "n2", "--report", str(passing)]) == 1  # a report about another node
+    run.poll_operator()
+    assert run.rails.pool.size == 0
+    assert main(["actions", "return-node", "n1", "--report", str(passing)]) == 0
+    run.poll_operator()
+    assert run.rails.pool.spares == ["n1"]

@@ -122,6 +122,10 @@ def test_cooldown_blocks_second_action_on_same_node(tmp_path: Path) -> None:
     other = Incident(ts=130.0, id="x", kind="hw_fault", job="j", onset=130.0, detected_at=130.0, nodes=["n1"])
     d2 = runner.admit(eng.decide(other))
     assert d2 is not None and runner.run(d2).status == "blocked"
+    eng2, restarted, _ = setup(tmp_path)  # the cooldown survives a restart of the consumer
+    third = Incident(ts=140.0, id="y", kind="hw_fault", job="j", onset=140.0, detected_at=140.0, nodes=["n1"])
+    d3 = restarted.admit(eng2.decide(third))
+    assert d3 is not None and restarted.run(d3).status == "blocked"
 
 
 def test_killed_mid_plan_resumes_without_repeating_steps(tmp_path: Path) -> None:
