@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from actions.checkpoints import Checkpoint, CheckpointRegistry
 from actions.replay import plan_regroupings
 from actions.topology import Topology
@@ -107,7 +109,7 @@ class DecisionEngine:
     def _hang_or_slowdown(self, inc: Incident) -> Decision:
         kind, nodes = inc.kind, self._suspect_nodes(inc)
         first = [PlannedAction(action="dump_stacks")] if kind == "hang" else []
-        topo = self.topologies.get(inc.job)
+        topo = self._topology(inc)
         if len(nodes) == 1:
             return self._decision(
                 inc, rule=f"{kind}.evict_outlier", plan=first + self._evict_and_restart(inc, nodes),
@@ -160,7 +162,7 @@ class DecisionEngine:
             alternatives=alternatives)
 
     def _sdc(self, inc: Incident, *, rule: str) -> Decision:
-        topo = self.topologies.get(inc.job)
+        topo = self._topology(inc)
         machines = topo.dp_machines() if topo else self._suspect_nodes(inc)
         ckpt = self.checkpoints.latest_before(inc.job, step=inc.step, ts=inc.onset)
         restart = PlannedAction(action="restart_from_checkpoint", params=_ckpt_params(ckpt, before=inc.step))
@@ -217,10 +219,22 @@ class DecisionEngine:
 
     def _suspect_nodes(self, inc: Incident) -> list[str]:
         nodes = list(dict.fromkeys(inc.nodes))
-        topo = self.topologies.get(inc.job)
+        topo = self._topology(inc)
         if topo is not None and inc.ranks:
             nodes += sorted(topo.nodes_of(set(inc.ranks)) - set(nodes))
         return nodes
+
+    def _topology(self, inc: Incident) -> Topology | None:
+        """The job's announced topology, else one carried in `evidence["topology"]`."""
+        known = self.topologies.get(inc.job)
+        carried = inc.evidence.get("topology")
+        if known is not None or not isinstance(carried, dict):
+            return known
+        try:
+            record = msgspec.convert({**carried, "ts": inc.ts, "job": inc.job}, JobTopology, strict=False)
+        except msgspec.ValidationError:
+            return None  # malformed evidence: decide as if no topology were known
+        return Topology.from_record(record)
 
     def _evict_and_restart(self, inc: Incident, nodes: list[str], *, only_if_failed: int | None = None,
                            nodes_from: int | None = None, ckpt: Checkpoint | None = None) -> list[PlannedAction]:
@@ -253,7 +267,7 @@ class DecisionEngine:
             plan=plan,
             reason=reason,
             inputs={"incident": inc.id, "step": inc.step, "nodes": inc.nodes, "ranks": inc.ranks,
-                    "topology_known": inc.job in self.topologies, **(inputs or {})},
+                    "topology_known": self._topology(inc) is not None, **(inputs or {})},
             alternatives=alternatives or [],
             dry_run=self.dry_run,
         )

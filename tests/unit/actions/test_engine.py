@@ -133,3 +133,13 @@ def test_decision_is_deterministic_per_incident() -> None:
 
 def test_dry_run_flag_is_recorded() -> None:
     assert engine(dry_run=True).decide(incident("hw_fault", nodes=["n2"])).dry_run
+
+
+def test_topology_from_incident_evidence_when_none_announced() -> None:
+    eng = DecisionEngine(CheckpointRegistry())
+    topo = {"world_size": 4, "tp": 1, "dp": 2, "pp": 2, "rank_nodes": {0: "a", 1: "b", 2: "c", 3: "d"}}
+    decision = eng.decide(incident("slowdown", ranks=[0, 2], topology=topo))
+    assert decision.rule == "slowdown.over_evict_group"
+    assert decision.plan[0].nodes == ["a", "c"] and decision.inputs["group"] == "pp"
+    bad = eng.decide(incident("slowdown", ranks=[0, 2], iid="i2", topology={"world_size": "x"}))
+    assert bad.inputs["topology_known"] is False
