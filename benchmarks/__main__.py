@@ -1,15 +1,19 @@
 """Run every `benchmarks/bench_*.py` in turn (`python -m benchmarks [NAME ...]`).
 
-Each module exposes `main(argv) -> int` and prints its own figures. Names
-given on the command line (e.g. `codec`) select a subset.
+Each benchmark runs as its own process (`python -m benchmarks.bench_<name>`),
+so one that fails or leaves state behind does not affect the next; each
+prints its own figures. Names given on the command line (e.g. `codec`)
+select a subset.
 """
 
 from __future__ import annotations
 
-import importlib
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def discover() -> list[str]:
@@ -23,12 +27,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not names:
         print(f"no benchmark matches {wanted}; known: {', '.join(discover())}", file=sys.stderr)
         return 2
-    status = 0
+    failed = []
     for name in names:
         print(f"== {name} ==", flush=True)
-        module = importlib.import_module(f"benchmarks.{name}")
-        status |= int(module.main([]) or 0)
-    return status
+        if subprocess.run([sys.executable, "-m", f"benchmarks.{name}"], cwd=ROOT).returncode != 0:
+            failed.append(name)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
