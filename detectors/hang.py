@@ -123,7 +123,9 @@ class HangDetector(Detector):
             self._phase(job, record.phase, record.rank, record.ts, announced=False)
         elif isinstance(record, NodeGpuSample):
             name = record.job or self._node_job.get(record.node)
-            if name and name in self._jobs and record.nvml_ok:
+            # Busy GPUs mean live processes (a hung collective spins at full utilisation); idle GPUs
+            # after a crash must not keep a dead job "alive".
+            if name and name in self._jobs and record.nvml_ok and any(g.util_pct > 0 for g in record.gpus):
                 job = self._jobs[name]
                 job.alive_ts = max(job.alive_ts, record.ts)
         elif isinstance(record, PhaseChange):

@@ -21,6 +21,7 @@ from schemas.records import Anomaly, Record, TrainingStep
 
 FIELDS = ("loss", "grad_norm")
 INF = float("inf")
+NUMBERS = (float, int)
 
 
 class _Job:
@@ -83,9 +84,10 @@ class LossSpikeDetector(Detector):
         lim_loss, lim_grad = job.limits
         leader = record.rank == job.leader
         spike: tuple[str, float, float] | None = None
-        if finite(loss) and loss >= lim_loss:  # type: ignore[operator]
+        # numbers are compared first (cheap); NaN never compares >=, +inf is ruled out by finite()
+        if loss.__class__ in NUMBERS and loss >= lim_loss and finite(loss):  # type: ignore[operator]
             spike = ("loss", float(loss), lim_loss / self.ratio)  # type: ignore[arg-type]
-        elif grad is not None and finite(grad) and grad >= lim_grad:  # type: ignore[operator]
+        elif grad.__class__ in NUMBERS and grad >= lim_grad and finite(grad):  # type: ignore[operator]
             spike = ("grad_norm", float(grad), lim_grad / self.ratio)  # type: ignore[arg-type]
         elif leader and not job.open:
             self._learn(job, loss, grad)

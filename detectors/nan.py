@@ -74,8 +74,10 @@ class NanDetector(Detector):
             if due:
                 return due + self.observe(record)
         loss, grad = record.loss, record.grad_norm
-        if loss.__class__ is float and loss - loss == 0.0 and (grad is None or finite(grad)):  # type: ignore
-            return self._healthy(record)  # the fast path: nothing to see
+        if loss.__class__ is float and loss - loss == 0.0 and (  # type: ignore[operator]
+                grad is None or (grad.__class__ is float and grad - grad == 0.0) or finite(grad)):  # type: ignore
+            # the fast path: nothing to see
+            return self._healthy(record) if self._open or self._pending else []
         bad = _nonfinite_fields(record)
         if not bad:
             return self._healthy(record)

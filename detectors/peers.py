@@ -14,7 +14,7 @@ slow: thermal, power-brake or hardware-slowdown throttle reasons (NVML
 clock-event bits 0x08, 0x20, 0x40, 0x80; software power capping, 0x04, is
 normal under load and ignored), an SM clock far below its maximum while
 busy, or a busy clock well below the job's other nodes (peer comparison).
-If more than a quarter of the nodes look slow, nobody is named.
+If more than a quarter of a job's (4 or more) nodes look slow, nobody is named.
 """
 
 from __future__ import annotations
@@ -165,7 +165,8 @@ class GpuSlowSignals:
         if len(clocks) >= 3:
             typical = median(clocks.values())
             slow |= {n for n, r in clocks.items() if r < self.peer_ratio * typical}
-        return sorted(slow) if len(slow) * 4 <= max(len(nodes), 1) else []
+        systemic = len(nodes) >= 4 and len(slow) * 4 > len(nodes)
+        return [] if systemic else sorted(slow)
 
     def evidence(self, nodes: list[str], ts: float) -> dict[str, Any]:
         """The slow-GPU findings of `nodes`, keyed by "node:index"."""

@@ -95,7 +95,8 @@ class SdcDetector(Detector):
             return []
         job = self._jobs.get(record.job) or self._job(record.job, record.attempt)
         loss, grad = record.loss, record.grad_norm
-        healthy = loss.__class__ is float and loss - loss == 0.0 and (grad is None or finite(grad))  # type: ignore
+        healthy = loss.__class__ is float and loss - loss == 0.0 and (  # type: ignore[operator]
+            grad is None or (grad.__class__ is float and grad - grad == 0.0) or finite(grad))  # type: ignore
         out = [] if healthy else self._nan_recurrence(job, record)
         if record.attempt != job.attempt:
             if record.attempt < job.attempt:

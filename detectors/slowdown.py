@@ -105,6 +105,9 @@ class SlowdownDetector(Detector):
     def observe(self, record: Record) -> list[Anomaly]:
         if isinstance(record, TrainingStep):
             self._peers.add(record)
+            s = self._series.get(record.job)
+            if s is not None and record.rank > s.leader and record.attempt == s.attempt:
+                return []  # the hot path: only the lowest rank speaks for the job's speed
             return self._step(record)
         if isinstance(record, NodeGpuSample):
             self._gpu.add(record)
