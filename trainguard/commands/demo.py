@@ -21,6 +21,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        "and recovered; end with the ETTR and a timeline PNG.")
     p.add_argument("--out", type=Path, default=Path(".trainguard/demo"), help="run directory root (default: %(default)s)")
     p.add_argument("--short", action="store_true", help="fewer healthy steps between faults (as the e2e test)")
+    p.add_argument("--faults", metavar="KINDS",
+                   help="comma-separated subset, in order, of: nan,hang,slow,bitflip,xid79,bad_code (default: all)")
     p.set_defaults(handler=run)
 
 
@@ -37,6 +39,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.broker.bootstrap:
         LocalBroker(settings.broker).start()
     scenario = short_scenario() if args.short else DemoScenario()
+    if args.faults:
+        scenario = scenario.only(args.faults.split(","))
     run_dir = (args.out / time.strftime("%Y%m%d-%H%M%S")).resolve()
     outcome = DemoRunner(scenario, settings, run_dir, ConsoleReporter(console)).run()
     console.rule("[bold]summary")

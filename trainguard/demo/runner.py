@@ -119,7 +119,7 @@ class DemoRunner:
                 stack.start(node, *cfg, "run", "--job", self.sc.job, "--node", node, "--", *self._standby_cmd(),
                             extra_env={"NODE_NAME": node})
             watcher.start()
-            gpu_thread = threading.Thread(target=self._gpu_telemetry, daemon=True)
+            gpu_thread = threading.Thread(target=self._gpu_telemetry, args=(watcher,), daemon=True)
             gpu_thread.start()
             try:
                 outcome = self._drive(watcher, stack, started)
@@ -166,7 +166,8 @@ class DemoRunner:
             self.say.missed(step)
             return out
         self.say.incident(out.incident, out.latency_s or 0.0)
-        out.decision = watcher.wait_for(Decision, lambda d: d.incident_id == out.incident.id, 60)  # type: ignore[union-attr]
+        incident_id = out.incident.id
+        out.decision = watcher.wait_for(Decision, lambda d: d.incident_id == incident_id, self.sc.recover_timeout_s)
         if out.decision is not None:
             self.say.decision(out.decision)
         resumed = watcher.wait_for(TrainingStep, lambda s: s.attempt > attempt and s.ts > out.injected_at,
@@ -234,15 +235,20 @@ class DemoRunner:
         nodes = {s.node for s in steps if s.attempt == attempt}
         return nodes or set(self.sc.nodes)
 
-    def _gpu_telemetry(self) -> None:
-        """Simulated NVML samples (this machine has no GPU), one per node per second."""
+    def _gpu_telemetry(self, watcher: TopicWatcher) -> None:
+        """Simulated NVML samples (this machine has no GPU), one per node per second.
+
+        Utilisation follows the node's training process, as on a real node: busy while
+        its rank is alive (stepping, or blocked in a spinning collective), idle once it died.
+        """
         assert self._producer is not None
         nodes = list(self.sc.nodes) + list(self.sc.standbys)
         while not self._stop.wait(1.0):
             now = time.time()
             for node in nodes:
                 xid = node in self._xid_nodes
-                gpus = [GpuStats(index=i, uuid=f"GPU-{node}-{i}", util_pct=95.0, sm_clock_mhz=1980,
+                util = 95.0 if now - watcher.last_activity.get(node, 0.0) < 5.0 else 0.0
+                gpus = [GpuStats(index=i, uuid=f"GPU-{node}-{i}", util_pct=util, sm_clock_mhz=1980,
                                  max_sm_clock_mhz=1980, mem_used_mb=60000, power_w=620, temp_c=62,
                                  lost=xid and i == 3) for i in range(8)]
                 sample = NodeGpuSample(ts=now, node=node, gpus=gpus, job=self.sc.job,

@@ -9,6 +9,7 @@ real fleet.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,14 @@ class DemoScenario:
     )
     master_port: int = 29750
     extra_config: dict[str, Any] = field(default_factory=dict)
+
+    def only(self, kinds: list[str]) -> DemoScenario:
+        """The same scenario with only these faults, in the order given."""
+        by_kind = {f.kind: f for f in self.faults}
+        unknown = [k for k in kinds if k not in by_kind]
+        if unknown:
+            raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(by_kind)}")
+        return dataclasses.replace(self, faults=tuple(by_kind[k] for k in kinds))
 
     def config(self, state_dir: str) -> dict[str, Any]:
         """The trainguard config for this run (YAML-able)."""

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from kafka import KafkaConsumer
 
 from schemas.codec import Codec, DecodeError
-from schemas.records import Record
+from schemas.records import Heartbeat, Record, TrainingStep
 from schemas.topics import Topics
 
 R = TypeVar("R", bound=Record)
@@ -30,6 +30,7 @@ class TopicWatcher:
         self.servers = servers
         self.topics = topics
         self._records: dict[type, list[Any]] = defaultdict(list)
+        self.last_activity: dict[str, float] = {}  # node -> event time of its last step or heartbeat
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="demo-watch", daemon=True)
@@ -80,5 +81,7 @@ class TopicWatcher:
                             continue
                         with self._lock:
                             self._records[type(record)].append(record)
+                        if isinstance(record, (TrainingStep, Heartbeat)):
+                            self.last_activity[record.node] = max(self.last_activity.get(record.node, 0.0), record.ts)
         finally:
             consumer.close()
