@@ -10,6 +10,7 @@ healthy machines are cheap next to another failed restart.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from schemas.records import JobTopology
 
@@ -25,7 +26,7 @@ class Group:
 
 @dataclass
 class Topology:
-    """Rank/node maps and parallel groups of one job.
+    """Rank/node maps and parallel groups of one job (immutable once built: groups are cached).
 
     >>> t = Topology.from_record(JobTopology(ts=0, job="j", world_size=4, tp=2, dp=2,
     ...     rank_nodes={0: "a", 1: "a", 2: "b", 3: "b"}))
@@ -49,7 +50,7 @@ class Topology:
         """Build from a `JobTopology` announcement."""
         return cls(record.job, record.world_size, record.tp, record.pp, record.dp, dict(record.rank_nodes))
 
-    @property
+    @cached_property
     def nodes(self) -> list[str]:
         """Every node of the job, in rank order, without repeats."""
         return list(dict.fromkeys(self.rank_nodes[r] for r in sorted(self.rank_nodes)))
@@ -63,8 +64,15 @@ class Topology:
         return {self.rank_nodes[r] for r in ranks if r in self.rank_nodes}
 
     def groups(self) -> list[Group]:
-        """Every node, tp, dp and pp group, and the whole job."""
-        out = [Group("node", frozenset(self.ranks_of({n})), frozenset({n})) for n in self.nodes]
+        """Every node, tp, dp and pp group, and the whole job (computed once)."""
+        return self._groups
+
+    @cached_property
+    def _groups(self) -> list[Group]:
+        by_node: dict[str, set[int]] = {}
+        for rank, node in self.rank_nodes.items():
+            by_node.setdefault(node, set()).add(rank)
+        out = [Group("node", frozenset(by_node[n]), frozenset({n})) for n in self.nodes]
         for kind in ("tp", "dp", "pp"):
             buckets: dict[tuple[int, int], set[int]] = {}
             for rank in range(self.world_size):
