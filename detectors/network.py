@@ -64,7 +64,7 @@ class NetworkDetector(Detector):
         *,
         instance: str = "network",
         confirm_window_s: float = 120.0,
-        error_burst: int = 50,
+        error_burst: int = 10,
         max_ports: int = 100_000,
     ) -> None:
         super().__init__(instance=instance)

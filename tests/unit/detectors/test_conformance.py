@@ -106,3 +106,17 @@ def test_has_a_passing_docstring_example(type_name: str) -> None:
 def test_each_detector_finds_its_fault_in_the_mixed_stream(type_name: str, kind: str) -> None:
     kinds = {msgspec.json.decode(raw)["kind"] for raw in run(load(type_name).example(), STREAM)}
     assert kinds == {kind}
+
+
+CAPPED = [t for t in TYPES if "max_jobs" in __import__("inspect").signature(load(t).__init__).parameters]
+
+
+@pytest.mark.parametrize("type_name", CAPPED)
+def test_state_is_bounded_when_jobs_keep_coming(type_name: str) -> None:
+    """An endless stream of new jobs: the oldest are forgotten beyond `max_jobs`."""
+    det = load(type_name)(max_jobs=4)
+    sizes = []
+    for i in range(40):
+        run(det, Fleet(job=f"job-{i:02d}", nodes=1, gpus=2, tp=1, seed=i).steps(6))
+        sizes.append(det.state_size())
+    assert max(sizes[10:]) <= max(sizes[:10]) * 1.5 + 10, sizes
