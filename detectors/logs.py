@@ -43,6 +43,7 @@ USER = re.compile(
     r"Expected all tensors to be on the same device|device-side assert|mat1 and mat2"
 )
 OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
+QUIET_LEVELS = frozenset({"debug", "info", "notice", "warn", "warning"})
 
 
 def classify(event: LogEvent) -> tuple[str, str]:
@@ -95,6 +96,8 @@ class UserErrorDetector(Detector):
             return []
         if not isinstance(record, LogEvent):
             return []
+        if record.level.lower() in QUIET_LEVELS and record.exit_code is None and record.category != "traceback":
+            return []  # a warning that mentions an exception name is not a failure
         verdict, match = classify(record)
         if verdict != "user":
             return []

@@ -46,3 +46,10 @@ def test_one_anomaly_per_job_per_cooldown_with_oom_context() -> None:
     assert d.observe(log("torch.OutOfMemoryError: CUDA out of memory", ts=20.0)) == []
     assert d.observe(log("NameError: x", ts=100.0)) != []
     assert d.observe(log("NCCL timeout", ts=200.0)) == []
+
+
+def test_a_warning_that_names_an_exception_is_not_a_failure() -> None:
+    d = UserErrorDetector()
+    warning = LogEvent(ts=1.0, node="n1", level="WARNING", source="python", job="j",
+                       message="UserWarning: this will raise a ValueError in a future release")
+    assert d.observe(warning) == []
