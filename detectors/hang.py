@@ -26,7 +26,7 @@ from detectors.base import Detector
 from detectors.common import Bounded, Rolling, finding
 from detectors.stacks import is_background_thread, is_observer_thread, outliers, signature
 from schemas.records import (
-    Anomaly, CheckpointEvent, Heartbeat, JobTopology, NodeGpuSample, PhaseChange, RdmaSample, Record,
+    Anomaly, CheckpointEvent, Heartbeat, JobTopology, LogEvent, NodeGpuSample, PhaseChange, RdmaSample, Record,
     StackSample, TrainingStep,
 )
 
@@ -36,7 +36,8 @@ MEASURED_PAUSES = frozenset({"checkpointing", "eval"})
 
 class _Job:
     __slots__ = ("max_step", "attempt", "progress_ts", "intervals", "paused_by", "alive_ts", "fired",
-                 "rank_step", "rank_node", "rank_beat", "stacks", "pause_ts", "pause_phase", "pauses", "announced")
+                 "rank_step", "rank_node", "rank_beat", "stacks", "pause_ts", "pause_phase", "pauses", "announced",
+                 "exit_ts")
 
     def __init__(self, ts: float) -> None:
         self.max_step = -1
@@ -54,6 +55,7 @@ class _Job:
         self.pause_phase = ""
         self.pauses = Rolling(16)  # durations of past checkpoint/eval pauses
         self.announced = False
+        self.exit_ts: float | None = None  # a process of the job exited (the agent said so)
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(getattr(self, s) for s in self.__slots__)
@@ -75,7 +77,7 @@ class HangDetector(Detector):
     [('hang', 4.0)]
     """
 
-    consumes = frozenset({"step", "heartbeat", "phase", "checkpoint", "stack", "gpu_sample", "rdma_sample",
+    consumes = frozenset({"step", "heartbeat", "phase", "checkpoint", "stack", "gpu_sample", "rdma_sample", "log",
                           "topology"})
 
     def __init__(
@@ -89,6 +91,7 @@ class HangDetector(Detector):
         alive_s: float = 60.0,
         collapse_bps: float = 1e6,
         max_pause_s: float = 900.0,
+        exit_grace_s: float = 120.0,
         max_jobs: int = 10_000,
         max_nodes: int = 100_000,
     ) -> None:
@@ -100,6 +103,7 @@ class HangDetector(Detector):
         self.alive_s = alive_s
         self.collapse_bps = collapse_bps
         self.max_pause_s = max_pause_s
+        self.exit_grace_s = exit_grace_s
         self._jobs: Bounded[str, _Job] = Bounded(max_jobs)
         self._node_job: Bounded[str, str] = Bounded(max_nodes)
         self._rdma: Bounded[str, float] = Bounded(max_nodes)
@@ -142,6 +146,12 @@ class HangDetector(Detector):
             if prev is None or record.ts > prev[0] + 0.5 or not is_background_thread(record.frames):
                 job.stacks[record.rank] = (record.ts, signature(record.frames))
             job.rank_node.setdefault(record.rank, record.node)
+        elif isinstance(record, LogEvent):
+            # A process that exited is a crash or a restart, not a hang: its cause speaks through the
+            # logs or the hardware. Only if the job still makes no progress `exit_grace_s` later is it stuck.
+            job = self._jobs.get(record.job)
+            if job is not None and record.exit_code is not None:
+                job.exit_ts = record.ts
         elif isinstance(record, RdmaSample):
             self._rdma[record.node] = sum(p.tx_bps + p.rx_bps for p in record.ports)
         elif isinstance(record, JobTopology):
@@ -163,7 +173,7 @@ class HangDetector(Detector):
             if rec.attempt < job.attempt:
                 return  # a straggling record of an earlier attempt
             job.attempt, job.max_step = rec.attempt, rec.step
-            job.progress_ts, job.fired, job.paused_by = rec.ts, False, None
+            job.progress_ts, job.fired, job.paused_by, job.exit_ts = rec.ts, False, None, None
             job.stacks.clear()
             return
         if rec.step > job.max_step:
@@ -214,6 +224,8 @@ class HangDetector(Detector):
         out: list[Anomaly] = []
         for name, job in self._jobs.items():
             if job.fired or job.max_step < 0 or ts - job.alive_ts > self.alive_s:
+                continue
+            if job.exit_ts is not None and ts - job.exit_ts < self.exit_grace_s:
                 continue
             if job.paused_by is not None:
                 if job.pause_phase not in MEASURED_PAUSES or ts - job.pause_ts <= self.pause_limit(job, ts):

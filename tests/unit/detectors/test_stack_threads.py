@@ -34,3 +34,21 @@ def test_hang_is_localised_by_main_threads_despite_noisy_monitoring_threads() ->
         found += det.tick(now)
     assert found and found[0].kind == "hang"
     assert found[0].nodes == ["n2"] and found[0].evidence.get("localised_by") == "stacks"
+
+
+def test_a_process_exit_is_not_a_hang_until_the_grace_passes() -> None:
+    from schemas import LogEvent
+
+    det = HangDetector(floor_s=8.0, warmup_floor_s=8.0, warmup_steps=3, exit_grace_s=60.0)
+    for step in range(1, 40):
+        det.observe(TrainingStep(ts=step * 0.2, job="j", rank=0, node="n0", step=step, loss=1.0))
+    det.observe(LogEvent(ts=8.0, node="n0", level="error", source="agent", message="process exited with code 1",
+                         job="j", category="exit", exit_code=1))
+    quiet = []
+    for k in range(1, 200):  # the node stays reachable (heartbeats from its agent-side hook are gone)
+        now = 8.0 + k * 0.5
+        det.observe(Heartbeat(ts=now, job="j", rank=0, node="n0", step=39))
+        quiet += det.tick(now)
+        if now < 68.0:
+            assert quiet == [], f"fired {now - 8.0:.1f}s after the exit"
+    assert [a.kind for a in quiet] == ["hang"]  # still no progress after the grace: stuck
