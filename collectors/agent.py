@@ -92,6 +92,7 @@ class Agent:
         self._stacks = StackSampler(stack_dir=self.stack_dir, timeout_s=stack_timeout_s)
         self._parser = LogParser(node=node, source="training", job=job)
         self._parser_lock = threading.Lock()
+        self._sampling = threading.Lock()
         self.proc = ProcessSupervisor(argv=argv, on_line=self._on_line)
         self.exit_code: int | None = None
         self.stopped_by_command = False
@@ -247,6 +248,10 @@ class Agent:
 
     def sample_stacks(self, reason: str, pids: list[int] | None = None) -> list[StackSample]:
         """One `StackSample` per thread of every training process (or `pids`); published and returned."""
+        with self._sampling:  # one dump at a time: concurrent dumps would interleave in the stack file
+            return self._sample_stacks(reason, pids)
+
+    def _sample_stacks(self, reason: str, pids: list[int] | None) -> list[StackSample]:
         out: list[StackSample] = []
         for pid in self.proc.process_tree() if pids is None else pids:
             rank = env_of(pid, "RANK")

@@ -13,6 +13,8 @@ must start and keep running even while the broker is unreachable.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 
 from kafka import KafkaConsumer
@@ -29,7 +31,8 @@ class KafkaCommandFeed:
 
     def __init__(self, *, servers: str, topic: str, group_id: str) -> None:
         self._config = dict(bootstrap_servers=servers, group_id=group_id, enable_auto_commit=False,
-                            auto_offset_reset="earliest", client_id=group_id)
+                            auto_offset_reset="earliest", client_id=group_id,
+                            bootstrap_timeout_ms=5000)  # retried by the caller; keeps close() prompt
         self.topic = topic
         self._consumer: KafkaConsumer | None = None
         self._codec = Codec()
@@ -71,3 +74,54 @@ class KafkaCommandFeed:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+class BackgroundFeed:
+    """Runs a `KafkaCommandFeed` in its own thread, so a slow or absent broker never blocks the agent.
+
+    The agent's loop must keep supervising the training process (exit codes,
+    hang watch) whatever Kafka does; connecting alone can take 30 s. The
+    thread hands over one polled batch at a time and commits its offsets
+    only after the agent called `commit()` for it, i.e. after handling it.
+    """
+
+    def __init__(self, feed: KafkaCommandFeed) -> None:
+        self._feed = feed
+        self._batches: queue.Queue[list[ActionCommand]] = queue.Queue(maxsize=1)
+        self._handled = threading.Event()
+        self._outstanding = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trainguard-command-feed", daemon=True)
+        self._thread.start()
+
+    def poll(self, timeout_s: float) -> list[ActionCommand]:
+        """The next batch of commands, or [] after `timeout_s`."""
+        try:
+            batch = self._batches.get(timeout=timeout_s)
+        except queue.Empty:
+            return []
+        self._outstanding = True
+        return batch
+
+    def commit(self) -> None:
+        """The last batch was handled: let the feed thread commit it and poll again."""
+        if self._outstanding:
+            self._outstanding = False
+            self._handled.set()
+
+    def close(self) -> None:
+        """Stop the thread and leave the group."""
+        self._stop.set()
+        self._handled.set()
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._feed.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = self._feed.poll(0.5)
+            if batch:
+                self._batches.put(batch)
+                self._handled.wait()
+                self._handled.clear()
+            self._feed.commit()  # also commits skipped undecodable messages

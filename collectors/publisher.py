@@ -57,6 +57,7 @@ class Publisher:
             linger_ms=5, max_in_flight_requests_per_connection=1,
             request_timeout_ms=int(send_timeout_s * 1000) // 2, max_block_ms=int(send_timeout_s * 1000) // 2,
             delivery_timeout_ms=int(send_timeout_s * 1000), retries=3,
+            bootstrap_timeout_ms=int(send_timeout_s * 1000) // 2,  # default 30 s would stall close()
         )
         self._codec = Codec()
         self._queue: queue.SimpleQueue[Record | threading.Event | None] = queue.SimpleQueue()
@@ -91,6 +92,8 @@ class Publisher:
         self._urgent.set()
         self._queue.put(None)
         self._thread.join(timeout=self._send_timeout_s + 5)
+        if self._thread.is_alive():
+            log.error("publisher sender still busy after close; records not yet on disk may be lost")
         if self._producer is not None:
             self._producer.close(timeout=2)
         return delivered

@@ -170,8 +170,10 @@ def test_agent_dumps_stacks_of_a_hung_process_and_remembers_commands_across_rest
         periodic = bus.wait(lambda r: isinstance(r, StackSample) and "periodic 2" in r.reason
                             and any("hang_in_fake_collective" in f for f in r.frames))
         assert periodic.ts >= stack.ts
-        beats = [r for r in bus.seen if isinstance(r, Heartbeat) and r.job == job]
-        assert beats and beats[-1].step == 3  # the heartbeat thread beats on while the loop is stuck
+        # The heartbeat thread beats on while the loop is stuck, and the beats show no progress.
+        late = bus.wait(lambda r: isinstance(r, Heartbeat) and r.job == job and r.ts > periodic.ts)
+        assert isinstance(late, Heartbeat) and late.step == 3
+        assert max(r.step for r in bus.seen if isinstance(r, TrainingStep) and r.job == job) == 3
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.communicate(timeout=60)

@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from collectors.agent import Agent
-    from collectors.command_feed import KafkaCommandFeed
+    from collectors.command_feed import BackgroundFeed, KafkaCommandFeed
     from collectors.publisher import Publisher
     from collectors.topology import node_name
     from schemas.topics import Topics
@@ -47,12 +47,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     cs, agent_cfg = settings.collectors, settings.collectors.agent
     node = args.node or cs.node or node_name()
     topics = Topics(settings.topics.prefix)
-    _ensure_topics(settings, topics.all())
+    # In the background: the training must start at once even if Kafka is slow or down.
+    threading.Thread(target=_ensure_topics, args=(settings, topics.all()), daemon=True).start()
     publisher = Publisher(servers=settings.broker.servers, topics=topics,
                           spool_dir=cs.spool_dir / f"agent-{args.job}-{node}",
                           spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024), client_id=f"trainguard-agent-{node}")
-    feed = KafkaCommandFeed(servers=settings.broker.servers, topic=topics.name("actions"),
-                            group_id=f"trainguard-agent-{args.job}-{node}")
+    feed = BackgroundFeed(KafkaCommandFeed(servers=settings.broker.servers, topic=topics.name("actions"),
+                                           group_id=f"trainguard-agent-{args.job}-{node}"))
     agent = Agent(job=args.job, node=node, argv=argv, sink=publisher,
                   hmac_key=settings.actions.hmac_key.get_secret_value().encode(),
                   state_dir=agent_cfg.state_dir, grace_s=agent_cfg.grace_s,
