@@ -134,12 +134,18 @@ class KernelLog:
         self._warn = warn
 
     def read_lines(self) -> list[str]:
-        """Kernel messages logged since the last call (the ring buffer's backlog on the first)."""
+        """Kernel messages logged since the last call (starting from now, not the backlog).
+
+        The backlog is skipped on purpose: events carry the time they are read,
+        so replaying a boot's worth of old XIDs after every collector restart
+        would report them as fresh faults.
+        """
         if self._failed:
             return []
         if self._fd is None:
             try:
                 self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+                os.lseek(self._fd, 0, os.SEEK_END)
             except OSError as exc:
                 self._failed = True
                 self._warn(f"kernel log {self.path} unreadable ({exc.strerror}); XIDs come from NVML only")

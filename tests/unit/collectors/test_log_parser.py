@@ -82,3 +82,12 @@ def test_file_follower_handles_partial_lines_and_rotation(tmp_path: Path) -> Non
     assert follower.read_lines() == ["fresh"]
     path.unlink()
     assert follower.read_lines() == []
+
+
+def test_kernel_log_absent_is_tolerated_and_reported_once(tmp_path: Path) -> None:
+    from collectors.logs import KernelLog
+
+    warnings: list[str] = []
+    kmsg = KernelLog(tmp_path / "no-kmsg", warn=warnings.append)
+    assert kmsg.read_lines() == [] and kmsg.read_lines() == []
+    assert len(warnings) == 1 and "unreadable" in warnings[0]
