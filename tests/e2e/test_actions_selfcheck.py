@@ -69,8 +69,11 @@ def test_dual_phase_replay_names_the_corrupt_machine() -> None:
     assert locate(plan, failed[0], failed[1]) == "m2"
 
 
-def test_bad_command_json_exits_2_with_a_reason() -> None:
-    proc = subprocess.run([sys.executable, "-m", "trainguard.cli", "selfcheck", "--command-json", '{"type": "x"}'],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    assert "command-json" in json.loads(proc.stdout)["error"]
+def test_bad_command_json_exits_2_with_a_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    from trainguard.cli import main
+
+    assert main(["selfcheck", "--command-json", '{"type": "x"}']) == 2
+    assert "command-json" in json.loads(capsys.readouterr().out)["error"]
+    stop = ActionCommand(ts=1.0, id="s", action="stop", job="j")
+    assert main(["selfcheck", "--command-json", encode(stop).decode()]) == 2
+    assert "not self_check" in json.loads(capsys.readouterr().out)["error"]

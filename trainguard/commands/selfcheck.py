@@ -33,14 +33,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from actions.selfcheck.hierarchy import run_hierarchy, run_replay
-
     try:
         action, params = _request(args)
     except ValueError as exc:
         print(json.dumps({"passed": False, "error": str(exc)}))
         print(f"trainguard selfcheck: {exc}", file=sys.stderr)
         return 2
+    from actions.selfcheck.hierarchy import run_hierarchy, run_replay  # imports torch: only for a valid request
+
     timeout_s = float(params.get("timeout_s", args.timeout))
     if action == "replay_regroup":
         report = run_replay([list(map(str, g)) for g in params["groups"]], timeout_s=timeout_s)
