@@ -48,6 +48,7 @@ class Scheduled:
     collector: Collector
     interval_s: float
     next_at: float = 0.0
+    last_ok: bool | None = None
 
 
 class LineSource:
@@ -67,6 +68,11 @@ class LineSource:
         close = getattr(self._reader, "close", None)
         if close is not None:
             close()
+
+
+def _why(records: list[Record]) -> str:
+    errors = {getattr(r, "error", "") for r in records} - {""}
+    return f" ({'; '.join(sorted(errors))})" if errors else ""
 
 
 class NodeLoop:
@@ -96,7 +102,11 @@ class NodeLoop:
         for record in records:
             self.sink.publish(record)
         self.metrics.observe(s.collector.name, ok=ok, duration_s=duration_s, records=len(records))
-        log.info("collector %s ok=%s duration=%.4fs records=%d", s.collector.name, ok, duration_s, len(records))
+        # Every run at INFO; a change of health also at WARNING, so it shows without -v and without spam.
+        changed = s.last_ok is not ok and not (s.last_ok is None and ok)
+        log.log(logging.WARNING if changed else logging.INFO, "collector %s ok=%s duration=%.4fs records=%d%s",
+                s.collector.name, ok, duration_s, len(records), _why(records) if not ok else "")
+        s.last_ok = ok
         return records
 
     def run(self, *, max_seconds: float | None = None) -> None:
