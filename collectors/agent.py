@@ -41,7 +41,7 @@ from collectors.hang_watch import HangWatch, read_progress
 from collectors.logs import LogParser
 from collectors.stacks import StackSampler
 from collectors.supervisor import ProcessSupervisor, env_of
-from schemas.records import ActionCommand, ActionResult, AuditEntry, Record, StackSample
+from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, Record, StackSample
 from schemas.signing import verify
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class Agent:
                  grace_s: float = 30.0, selfcheck_command: Sequence[str] = ("trainguard", "selfcheck"),
                  selfcheck_timeout_s: float = 600.0, stack_timeout_s: float = 5.0,
                  hang_suspect_s: float = 300.0, hang_stack_every_s: float = 60.0,
-                 tee: Callable[[str], None] = print, clock: Callable[[], float] = time.time,
+                 tee: Callable[[str, str], None] = lambda line, stream: print(line), clock: Callable[[], float] = time.time,
                  env: dict[str, str] | None = None) -> None:
         self.job, self.node = job, node
         self.sink = sink
@@ -116,15 +116,20 @@ class Agent:
         code = self.proc.poll()
         if code is not None:
             self.exit_code = code
-            self.sink.publish(self._parser.exit_event(code, self._clock()))
+            self.sink.publish(self._versioned(self._parser.exit_event(code, self._clock())))
         return code
 
     def _on_line(self, line: str, stream: str) -> None:
-        self._tee(line)
+        self._tee(line, stream)  # stream is 'stdout' or 'stderr'
         with self._parser_lock:  # stdout and stderr pumps share the traceback state
             events = self._parser.feed(line, self._clock())
         for event in events:
-            self.sink.publish(event)
+            self.sink.publish(self._versioned(event))
+
+    def _versioned(self, event: LogEvent) -> LogEvent:
+        """Stamp the code version this agent launched: it tells a bad hot update from the machine."""
+        version = self.state.code_version
+        return msgspec.structs.replace(event, code_version=version) if version else event
 
     def serve(self, feed: CommandFeed, *, linger_s: float, stop: threading.Event) -> int:
         """Start the child and obey commands until it is done; returns the agent's exit code.

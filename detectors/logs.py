@@ -109,7 +109,9 @@ class UserErrorDetector(Detector):
         evidence: dict[str, Any] = {"match": match, "message": record.message[-500:], "source": record.source,
                                     "exit_code": record.exit_code}
         code = self._code.get(record.job)
-        if code is not None:
+        if record.code_version:  # the supervisor knows which version printed the error: the best witness
+            evidence["code_version"] = record.code_version
+        elif code is not None:
             evidence["code_version"] = code[0]
         if OOM.search(record.message):
             evidence["oom"] = True

@@ -222,6 +222,7 @@ class LogEvent(Record, tag="log"):
     rank: int | None = None
     category: str = ""
     exit_code: int | None = None
+    code_version: str = ""  # of the process that printed it, when a supervisor knows
 
 
 class StackSample(Record, tag="stack"):

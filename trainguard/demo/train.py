@@ -8,7 +8,7 @@ of two, which matters when restarts are timed on two cores). It is an
 ordinary PyTorch loop plus the trainguard hook, checkpoints every
 `--ckpt-every` steps, resumes from `TRAINGUARD_RESUME_PATH`, and loads the
 "code version" named by `TRAINGUARD_CODE_VERSION`: version `v2-bad` carries a
-shape bug, as a bad hot update would. Faults come from the demo's fault
+shape bug in its input pipeline, as a bad hot update would. Faults come from the demo's fault
 board (`TRAINGUARD_DEMO_FAULTS`), never from the code path itself.
 """
 
@@ -30,17 +30,23 @@ from trainguard.demo.faults import FaultBoard, final_step
 FEATURES, HIDDEN = 64, 256
 
 
-def build_model(code_version: str) -> nn.Module:
-    """The model of a code version; `v2-bad` has a mismatched layer (a user bug)."""
-    width = HIDDEN + 1 if code_version == "v2-bad" else HIDDEN
-    return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.GELU(), nn.Linear(width, 1))
+def build_model() -> nn.Module:
+    """A small MLP; every code version shares it, so checkpoints stay loadable."""
+    return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, 1))
 
 
-def batch(step: int, rank: int, size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-    """Deterministic synthetic data: the same step always sees the same batch."""
+def batch(step: int, rank: int, code_version: str, size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Deterministic synthetic data: the same step always sees the same batch.
+
+    Version `v2-bad` carries the user bug a bad hot update brings: its new
+    feature pipeline drops a column, and the first forward pass fails with a
+    shape mismatch on every rank.
+    """
     gen = torch.Generator().manual_seed(step * 1000 + rank)
     x = torch.randn(size, FEATURES, generator=gen)
     y = torch.sin(x[:, :4].sum(dim=1, keepdim=True))
+    if code_version == "v2-bad":
+        x = x[:, 1:]
     return x, y
 
 
@@ -51,7 +57,7 @@ def main() -> None:
     node = os.environ.get("NODE_NAME", "node")
     code_version = os.environ.get("TRAINGUARD_CODE_VERSION", "v1")
     torch.manual_seed(0)
-    model = build_model(code_version)
+    model = build_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     start = _resume(model, opt)
     ddp = nn.parallel.DistributedDataParallel(model)
@@ -70,7 +76,7 @@ def main() -> None:
         if fault:
             fired.add(fault.id)
         t0 = time.perf_counter()
-        x, y = batch(step, rank)
+        x, y = batch(step, rank, code_version)
         loss = nn.functional.mse_loss(ddp(x), y)
         if fault and fault.kind == "nan":
             loss = loss * math.nan
