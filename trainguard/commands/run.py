@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                   state_dir=agent_cfg.state_dir, grace_s=agent_cfg.grace_s,
                   selfcheck_command=agent_cfg.selfcheck_command, selfcheck_timeout_s=agent_cfg.selfcheck_timeout_s,
                   stack_timeout_s=agent_cfg.stack_timeout_s, hang_suspect_s=agent_cfg.hang_suspect_s,
-                  hang_stack_every_s=agent_cfg.hang_stack_every_s, tee=lambda line: print(line, flush=True),
+                  hang_stack_every_s=agent_cfg.hang_stack_every_s, tee=_tee,
                   env=dict(os.environ))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -82,3 +82,8 @@ def _ensure_topics(settings: Settings, names: list[str]) -> None:
                       replication=settings.topics.replication)
     except KafkaError as exc:
         logging.getLogger(__name__).warning("could not create topics (%s); continuing", exc)
+
+
+def _tee(line: str, stream: str) -> None:
+    """Pass the training output through, each line to the stream it came from."""
+    print(line, file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)

@@ -36,7 +36,7 @@ def make_agent(tmp_path: Path):  # type: ignore[no-untyped-def]
     def make(argv: list[str] = SLEEPER, **kw: object) -> tuple[Agent, ListSink]:
         sink = ListSink()
         agent = Agent(job="j", node="n1", argv=argv, sink=sink, hmac_key=KEY, state_dir=tmp_path / "state",
-                      grace_s=2.0, tee=lambda line: None, **kw)  # type: ignore[arg-type]
+                      grace_s=2.0, tee=lambda line, stream: None, **kw)  # type: ignore[arg-type]
         agents.append(agent)
         return agent, sink
 
