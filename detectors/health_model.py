@@ -110,19 +110,29 @@ class HealthModel:
         z = {f: (v - c) / s for f, v, c, s in zip(self.features, x, self.center, self.scale)}
         return {f: round(z[f], 2) for f in sorted(z, key=lambda f: -abs(z[f]))[:top]}
 
-    def save(self, path: Path) -> None:
-        """Write the model file (a pickle with format and version)."""
+    def to_bytes(self) -> bytes:
+        """The model file's content (a pickle with format and version); the caller writes it."""
         blob = {"format": FORMAT, "version": self.version, "features": list(self.features), "model": self.model,
                 "threshold": self.threshold, "center": self.center, "scale": self.scale,
                 "trained_on": self.trained_on}
-        path.write_bytes(pickle.dumps(blob))
+        return pickle.dumps(blob)
 
     @classmethod
     def load(cls, path: Path | str) -> HealthModel:
-        """Read a model file written by `save`; refuse foreign or stale files."""
+        """Read a model file (the one read a detector may do, at construction)."""
         try:
-            blob = pickle.loads(Path(path).read_bytes())
-        except (OSError, pickle.UnpicklingError, EOFError) as exc:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"node-health model {path}: cannot read: {exc.strerror}") from None
+        return cls.from_bytes(data, str(path))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str = "<bytes>") -> HealthModel:
+        """Parse a model file's content; refuse foreign or stale files."""
+        path = source
+        try:
+            blob = pickle.loads(data)
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as exc:
             raise ValueError(f"node-health model {path}: cannot read: {exc}") from None
         if not isinstance(blob, dict) or blob.get("format") != FORMAT:
             raise ValueError(f"node-health model {path}: not a {FORMAT} file")

@@ -118,7 +118,7 @@ def train_model(args: argparse.Namespace) -> int:
         return 2
     model.trained_on["recording"] = str(args.recording)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    model.save(args.out)
+    args.out.write_bytes(model.to_bytes())
     print(f"trained node-health model on {len(rows)} node samples ({len(bad)} bad lines skipped); "
           f"threshold {model.threshold:.4f}; wrote {args.out}")
     return 0

@@ -38,7 +38,7 @@ def test_features_survive_resets_and_unobserved_samples() -> None:
 def test_save_load_round_trip_and_refusals(tmp_path: Path) -> None:
     model = train(healthy_rows(), trees=20)
     path = tmp_path / "m.model"
-    model.save(path)
+    path.write_bytes(model.to_bytes())
     loaded = HealthModel.load(path)
     assert loaded.features == FEATURES and loaded.threshold == model.threshold
     blob = pickle.loads(path.read_bytes())
@@ -55,7 +55,7 @@ def test_save_load_round_trip_and_refusals(tmp_path: Path) -> None:
 
 def test_quiet_on_healthy_nodes_and_needs_corroboration(tmp_path: Path) -> None:
     path = tmp_path / "m.model"
-    train(healthy_rows(), trees=20).save(path)
+    path.write_bytes(train(healthy_rows(), trees=20).to_bytes())
     d = NodeHealthDetector(model_path=str(path), score_every_s=0)
     f = Fleet(seed=5)
     out = []
