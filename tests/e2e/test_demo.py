@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from trainguard.demo.console import ConsoleReporter
@@ -21,6 +22,7 @@ from trainguard.settings import load_settings
 NODE_SCOPED = {"hang", "slow", "bitflip", "xid79", "nan"}
 
 
+@pytest.mark.timeout(1200)  # six restarts of four torch processes on two cores
 def test_job_survives_every_injected_fault(kafka: str, tmp_path: Path) -> None:
     scenario = short_scenario()
     console = Console(record=True, width=120)
