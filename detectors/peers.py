@@ -2,7 +2,9 @@
 
 In synchronous training every rank waits for the slowest one, so the step
 time is the same everywhere and only the *compute* time (time outside
-collectives) tells the straggler from its victims. `StragglerTracker`
+collectives) tells the straggler from its victims. Each pipeline stage's
+own level is divided out first (stages do different work; the last one
+computes the loss), so a heavier stage is never a straggler by design. `StragglerTracker`
 gathers each step's compute times across ranks and flags ranks whose value
 sits `z` robust standard deviations (median/MAD) above their peers' median
 and at least `min_rel` above it. A rank flagged in `min_hits` of the last
@@ -29,13 +31,12 @@ SLOW_THROTTLE_BITS = 0x08 | 0x20 | 0x40 | 0x80
 
 
 class _Peers:
-    __slots__ = ("step", "attempt", "values", "ranks", "node_of", "flags", "finalized")
+    __slots__ = ("step", "attempt", "stages", "node_of", "flags", "finalized")
 
     def __init__(self, step: int, attempt: int) -> None:
         self.step = step
         self.attempt = attempt
-        self.values: list[float] = []
-        self.ranks: list[int] = []
+        self.stages: dict[int, tuple[list[float], list[int]]] = {}  # pp stage -> (values, ranks) this step
         self.node_of: dict[int, str] = {}
         self.flags: dict[int, deque[int]] = {}
         self.finalized = -1
@@ -46,6 +47,10 @@ class _Peers:
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         for name, value in zip(self.__slots__, state):
             setattr(self, name, value)
+
+
+def _lower_quartile(values: list[float]) -> float:
+    return sorted(values)[len(values) // 4]
 
 
 class StragglerTracker:
@@ -81,21 +86,40 @@ class StragglerTracker:
             p.node_of[rec.rank] = rec.node
         if rec.step > p.step:
             self._score(p)
-            p.step, p.values, p.ranks = rec.step, [], []
+            p.step, p.stages = rec.step, {}
         elif rec.step < p.step:
             return
         if value > 0:
-            p.values.append(value)
-            p.ranks.append(rec.rank)
+            stage = p.stages.get(rec.pp)
+            if stage is None:
+                p.stages[rec.pp] = stage = ([], [])
+            stage[0].append(value)
+            stage[1].append(rec.rank)
 
     def _score(self, p: _Peers) -> None:
+        """Remove each pipeline stage's own level, then compare every rank with all the others.
+
+        A stage's level is its lower quartile, which stays on the healthy ranks
+        even when a slow node holds up to half of the stage.
+        """
         p.finalized = p.step
-        if len(p.values) < 4:
+        everything = [v for values, _ in p.stages.values() for v in values]
+        if len(everything) < 4:
             return
-        med = median(p.values)
-        scale = 1.4826 * median([abs(v - med) for v in p.values])
+        fallback = _lower_quartile(everything)
+        ratios: list[float] = []
+        ranks: list[int] = []
+        for values, stage_ranks in p.stages.values():
+            level = _lower_quartile(values) if len(values) >= 4 else fallback
+            ratios.extend(v / level for v in values)
+            ranks.extend(stage_ranks)
+        self._flag(p, ratios, ranks)
+
+    def _flag(self, p: _Peers, values: list[float], ranks: list[int]) -> None:
+        med = median(values)
+        scale = 1.4826 * median([abs(v - med) for v in values])
         limit = max(med * (1 + self.min_rel), med + self.z * max(scale, 0.005 * med))
-        for rank, value in zip(p.ranks, p.values):
+        for rank, value in zip(ranks, values):
             if value > limit:
                 hits = p.flags.get(rank)
                 if hits is None:
@@ -119,7 +143,8 @@ class StragglerTracker:
         return sorted(set(p.node_of.values())) if p else []
 
     def size(self) -> int:
-        return sum(len(p.values) + len(p.node_of) + len(p.flags) + 1 for p in self._jobs.values())
+        return sum(sum(len(v) for v, _ in p.stages.values()) + len(p.node_of) + len(p.flags) + 1
+                   for p in self._jobs.values())
 
 
 class GpuSlowSignals:

@@ -72,3 +72,19 @@ def test_gpu_slow_signal_table(gpu: dict[str, object], slow: bool) -> None:
     s = GpuSlowSignals()
     s.add(NodeGpuSample(ts=1.0, node="n", gpus=[GpuStats(index=0, **gpu)]))  # type: ignore[arg-type]
     assert (s.slow_nodes(["n"], 2.0) == ["n"]) == slow
+
+
+def test_a_heavier_pipeline_stage_is_not_a_straggler() -> None:
+    """With pp=2 the last stage computes the loss and is always slower; compare within stages."""
+    f = Fleet(nodes=4, gpus=4, tp=2, pp=2, seed=8)
+    f.slow = {r: 1.2 for r in range(f.world) if f.coords(r)[2] == 1}
+    t = StragglerTracker()
+    for r in f.steps(30):
+        if isinstance(r, TrainingStep):
+            t.add(r)
+    assert t.suspects("job-a") == ([], [], "none")
+    f.slow[4] = 1.2 * 1.3  # rank 4 (stage 0) now straggles within its stage
+    for r in f.steps(10):
+        if isinstance(r, TrainingStep):
+            t.add(r)
+    assert t.suspects("job-a")[0] == [4]
