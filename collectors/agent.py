@@ -116,6 +116,10 @@ class Agent:
         code = self.proc.poll()
         if code is not None:
             self.exit_code = code
+            with self._parser_lock:  # the output is drained: a traceback's message is complete
+                pending = self._parser.flush()
+            for event in pending:
+                self.sink.publish(self._versioned(event))
             self.sink.publish(self._versioned(self._parser.exit_event(code, self._clock())))
         return code
 

@@ -2,7 +2,9 @@
 
 `LogParser` is pure (feed it strings, get events) and keeps just enough
 state to fold a multi-line Python traceback into one event whose `message`
-is the exception line, which is the line a human and a rule both want.
+is the exception line, which is the line a human and a rule both want, plus
+its indented continuation lines (PyTorch's "size mismatch for ..." details);
+such an event is complete at the next unindented line or at `flush()`.
 torchrun's `[rank3]:` prefixes are stripped and give the event its rank.
 
 `FileFollower` and `KernelLog` are the thin readers: a training log file
@@ -19,6 +21,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from schemas.records import LogEvent
 
@@ -37,6 +41,7 @@ RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                  r"|device-side assert triggered|an illegal memory access")),
 )
 _TRACEBACK_START = "Traceback (most recent call last):"
+MAX_MESSAGE_LINES = 20
 
 
 @dataclass
@@ -53,6 +58,8 @@ class LogParser:
         self.source = source
         self.job = job
         self._tb: _Traceback | None = None
+        self._pending: LogEvent | None = None  # a finished traceback, collecting its message's continuation
+        self._more: list[str] = []
 
     def feed(self, line: str, ts: float) -> list[LogEvent]:
         """Events completed by this line (usually none).
@@ -60,10 +67,18 @@ class LogParser:
         >>> p = LogParser(node="n0", source="train")
         >>> p.feed("Traceback (most recent call last):", 1.0) + p.feed('  File "t.py", line 3, in <module>', 1.0)
         []
-        >>> p.feed("ZeroDivisionError: division by zero", 1.0)[0].message
+        >>> p.feed("ZeroDivisionError: division by zero", 1.0)
+        []
+        >>> p.flush()[0].message
         'ZeroDivisionError: division by zero'
         """
         line = _KMSG_PREFIX.sub("", line.rstrip("\r\n"))
+        if self._pending is not None:
+            # Multi-line exception messages (PyTorch's "size mismatch for ..." lines) are indented.
+            if line.startswith((" ", "\t")) and line.strip() and len(self._more) < MAX_MESSAGE_LINES:
+                self._more.append(line.strip())
+                return []
+            return self.flush() + self.feed(line, ts)
         rank = None
         match = _RANK_PREFIX.match(line)
         if match:
@@ -75,7 +90,8 @@ class LogParser:
             if line.startswith("During handling of") or line.startswith("The above exception was"):
                 return []  # a chained traceback continues
             tb, self._tb = self._tb, None
-            return [self._event(ts, "error", "traceback", line.strip(), tb.rank if tb.rank is not None else rank)]
+            self._pending = self._event(ts, "error", "traceback", line.strip(), tb.rank if tb.rank is not None else rank)
+            return []
         if line.startswith(_TRACEBACK_START):
             self._tb = _Traceback(rank=rank)
             return []
@@ -83,6 +99,16 @@ class LogParser:
             if pattern.search(line):
                 return [self._event(ts, level, category, line.strip(), rank)]
         return []
+
+    def flush(self) -> list[LogEvent]:
+        """The traceback still collecting its message, if any (call when the process exits)."""
+        if self._pending is None:
+            return []
+        event, self._pending = self._pending, None
+        if self._more:
+            event = msgspec.structs.replace(event, message="\n".join([event.message, *self._more]))
+            self._more = []
+        return [event]
 
     def exit_event(self, code: int, ts: float, rank: int | None = None) -> LogEvent:
         """The event for a supervised process that exited with `code` (negative: killed by signal)."""

@@ -9,7 +9,8 @@ from collectors.logs import FileFollower, LogParser
 
 def _feed(lines: list[str]) -> list:  # type: ignore[type-arg]
     parser = LogParser(node="n0", source="train", job="j")
-    return [e for i, line in enumerate(lines) for e in parser.feed(line, float(i))]
+    events = [e for i, line in enumerate(lines) for e in parser.feed(line, float(i))]
+    return events + parser.flush()  # as the agent does when the process's output ends
 
 
 def test_categories_of_single_lines() -> None:
