@@ -29,18 +29,19 @@ Group = tuple[int, int, int]  # (step, tp, pp)
 class _Votes:
     """The checksums reported so far for one (step, tp, pp) group."""
 
-    __slots__ = ("onset", "count", "by_sum")
+    __slots__ = ("onset", "count", "by_sum", "expected")
 
-    def __init__(self, onset: float) -> None:
+    def __init__(self, onset: float, expected: int) -> None:
         self.onset = onset
         self.count = 0
         self.by_sum: dict[str, list[tuple[int, str]]] = {}
+        self.expected = expected  # replicas to wait for (0: unknown, decide after grace steps)
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return self.onset, self.count, self.by_sum
+        return self.onset, self.count, self.by_sum, self.expected
 
     def __setstate__(self, s: tuple[Any, ...]) -> None:
-        self.onset, self.count, self.by_sum = s
+        self.onset, self.count, self.by_sum, self.expected = s
 
 
 class _Job:
@@ -125,14 +126,15 @@ class SdcDetector(Detector):
             return []  # too late: that group was already decided
         entry = job.pending.get(key)
         if entry is None:
-            job.pending[key] = entry = _Votes(rec.ts)
+            job.pending[key] = entry = _Votes(rec.ts, job.dp or job.expected.get((rec.tp, rec.pp), 0))
         voters = entry.by_sum.get(rec.checksum)  # type: ignore[arg-type]
         if voters is None:
             entry.by_sum[rec.checksum] = voters = []  # type: ignore[index]
         voters.append((rec.rank, rec.node))
         entry.count += 1
-        expected = job.dp or job.expected.get((rec.tp, rec.pp), 0)
-        if expected and entry.count >= expected:
+        if not entry.expected:  # learned since the group opened?
+            entry.expected = job.dp or job.expected.get((rec.tp, rec.pp), 0)
+        if entry.expected and entry.count >= entry.expected:
             del job.pending[key]
             return self._decide(job, rec.job, key, entry, rec.ts)
         return []
