@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import msgspec
 
 from collectors.agent_state import AgentState, StateFile
-from collectors.hang_watch import HangWatch, read_progress
+from collectors.hang_watch import HangWatch, progress_rank, read_progress
 from collectors.logs import LogParser
 from collectors.stacks import StackSampler
 from collectors.supervisor import ProcessSupervisor, env_of
@@ -263,10 +263,13 @@ class Agent:
     def _sample_stacks(self, reason: str, pids: list[int] | None) -> list[StackSample]:
         out: list[StackSample] = []
         for pid in self.proc.process_tree() if pids is None else pids:
-            rank = env_of(pid, "RANK")
+            rank = progress_rank(self.progress_dir, pid)  # the hook knows best (a rendezvous may assign it)
+            if rank is None:
+                env_rank = env_of(pid, "RANK")
+                rank = int(env_rank) if env_rank and env_rank.isdigit() else 0
             for stack in self._stacks.sample(pid):
                 sample = StackSample(ts=self._clock(), job=self.job, node=self.node, pid=pid, frames=stack.frames,
-                                     rank=int(rank) if rank and rank.isdigit() else 0,
+                                     rank=rank,
                                      reason=f"{reason}; thread {stack.thread}")
                 self.sink.publish(sample)
                 out.append(sample)

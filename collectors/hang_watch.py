@@ -71,3 +71,12 @@ def read_progress(progress_dir: Path) -> dict[int, tuple[int, str]]:
         except (OSError, ValueError, KeyError, TypeError):
             continue  # being rewritten, or not ours
     return out
+
+
+def progress_rank(progress_dir: Path, pid: int) -> int | None:
+    """The rank the hook in process `pid` reported, if it did."""
+    try:
+        rank = json.loads((progress_dir / f"{pid}.json").read_text()).get("rank")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return rank if isinstance(rank, int) else None

@@ -217,7 +217,7 @@ class TrainingMonitor:
                                          node=self.where.node, pid=os.getpid(), step=self.current_step,
                                          phase=self.current_phase))
             if progress_dir:
-                _write_progress(Path(progress_dir), self.current_step, self.current_phase)
+                _write_progress(Path(progress_dir), self.current_step, self.current_phase, self.where.rank)
             if self._stop.wait(self.heartbeat_interval_s):
                 return
 
@@ -253,12 +253,16 @@ def monitor(job: str, **kwargs: Any) -> TrainingMonitor:
     return TrainingMonitor(job=job, **kwargs)
 
 
-def _write_progress(directory: Path, step: int, phase: str) -> None:
-    """Tell a local `trainguard run` agent our progress (its hang watch reads this)."""
+def _write_progress(directory: Path, step: int, phase: str, rank: int) -> None:
+    """Tell a local `trainguard run` agent our progress and rank (its hang watch and stack sampler read this).
+
+    The rank matters because it is not always in the environment: a process that
+    joins a rendezvous itself learns its rank only from torch.distributed.
+    """
     try:
         directory.mkdir(parents=True, exist_ok=True)
         tmp = directory / f".{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"step": step, "phase": phase}))
+        tmp.write_text(json.dumps({"step": step, "phase": phase, "rank": rank}))
         os.replace(tmp, directory / f"{os.getpid()}.json")
     except OSError:
         pass  # liveness reporting must never break training

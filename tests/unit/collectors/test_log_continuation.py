@@ -21,3 +21,15 @@ def test_multi_line_exception_message_is_kept_whole() -> None:
     assert events[0].message.startswith("RuntimeError: Error(s) in loading state_dict")
     assert "size mismatch for 2.weight" in events[0].message
     assert parser.flush() == []
+
+
+def test_stack_samples_take_the_rank_the_hook_reported(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A rank that joined a rendezvous itself has no RANK variable; its hook's progress file names it."""
+    from collectors.hang_watch import progress_rank
+    from collectors.training_hook import _write_progress
+
+    _write_progress(tmp_path, 12, "training", 3)
+    import os
+
+    assert progress_rank(tmp_path, os.getpid()) == 3
+    assert progress_rank(tmp_path, 999_999_999) is None
