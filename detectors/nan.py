@@ -56,6 +56,17 @@ class NanDetector(Detector):
     []
     >>> [(a.kind, a.ranks, a.step) for a in d.tick(4.0)]
     [('nan', [1], 2)]
+
+    At the same step, the rank with the NaN loss is the origin; peers only see
+    its NaN gradients through the all-reduce:
+
+    >>> d = NanDetector()
+    >>> d.observe(TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=5, loss=2.0, grad_norm="nan"))
+    []
+    >>> d.observe(TrainingStep(ts=1.1, job="j", rank=2, node="n1", step=5, loss="nan", grad_norm="nan"))
+    []
+    >>> [(a.ranks, a.nodes) for a in d.tick(3.0)]
+    [([2], ['n1'])]
     """
 
     consumes = frozenset({"step"})
@@ -87,7 +98,8 @@ class NanDetector(Detector):
         first = self._pending.get(record.job)
         if first is None or record.attempt > first.attempt:
             self._pending[record.job] = _First(record, bad)
-        elif record.attempt == first.attempt and (record.step, record.ts) < (first.step, first.ts):
+        elif record.attempt == first.attempt and _order(record.step, bad, record.ts) < _order(first.step, first.fields,
+                                                                                              first.ts):
             seen = first.seen
             self._pending[record.job] = first = _First(record, bad)
             first.seen = seen
@@ -135,6 +147,13 @@ class NanDetector(Detector):
 
     def state_size(self) -> int:
         return len(self._open) + len(self._pending)
+
+
+def _order(step: int, fields: list[str], ts: float) -> tuple[int, int, float]:
+    """Which NaN came first. At the same step a non-finite *loss* beats a non-finite grad norm alone:
+    data-parallel all-reduce spreads one rank's NaN gradients to every rank within the step, but
+    only the rank whose forward pass produced it has a NaN loss."""
+    return step, 0 if "loss" in fields else 1, ts
 
 
 def _nonfinite_fields(step: TrainingStep) -> list[str]:
