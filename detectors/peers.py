@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+import numpy as np
+
 from detectors.common import Bounded, median
 from schemas.records import NodeGpuSample, TrainingStep
 
@@ -49,8 +51,9 @@ class _Peers:
             setattr(self, name, value)
 
 
-def _lower_quartile(values: list[float]) -> float:
-    return sorted(values)[len(values) // 4]
+def _lower_quartile(values: np.ndarray) -> float:
+    k = len(values) // 4
+    return float(np.partition(values, k)[k])
 
 
 class StragglerTracker:
@@ -103,28 +106,21 @@ class StragglerTracker:
         even when a slow node holds up to half of the stage.
         """
         p.finalized = p.step
-        everything = [v for values, _ in p.stages.values() for v in values]
-        if len(everything) < 4:
+        if sum(len(values) for values, _ in p.stages.values()) < 4:
             return
-        fallback = _lower_quartile(everything)
-        ratios: list[float] = []
-        ranks: list[int] = []
-        for values, stage_ranks in p.stages.values():
-            level = _lower_quartile(values) if len(values) >= 4 else fallback
-            ratios.extend(v / level for v in values)
-            ranks.extend(stage_ranks)
-        self._flag(p, ratios, ranks)
-
-    def _flag(self, p: _Peers, values: list[float], ranks: list[int]) -> None:
-        med = median(values)
-        scale = 1.4826 * median([abs(v - med) for v in values])
+        # numpy pays here: one pass over a step's worth of ranks (thousands), once per step
+        stages = [(np.asarray(values), ranks) for values, ranks in p.stages.values()]
+        fallback = _lower_quartile(np.concatenate([v for v, _ in stages]))
+        ratios = np.concatenate([v / (_lower_quartile(v) if len(v) >= 4 else fallback) for v, _ in stages])
+        ranks = [r for _, stage_ranks in stages for r in stage_ranks]
+        med = float(np.median(ratios))
+        scale = 1.4826 * float(np.median(np.abs(ratios - med)))
         limit = max(med * (1 + self.min_rel), med + self.z * max(scale, 0.005 * med))
-        for rank, value in zip(ranks, values):
-            if value > limit:
-                hits = p.flags.get(rank)
-                if hits is None:
-                    p.flags[rank] = hits = deque(maxlen=self.min_hits * 2)
-                hits.append(p.step)
+        for i in np.flatnonzero(ratios > limit).tolist():
+            hits = p.flags.get(ranks[i])
+            if hits is None:
+                p.flags[ranks[i]] = hits = deque(maxlen=self.min_hits * 2)
+            hits.append(p.step)
 
     def suspects(self, job: str) -> tuple[list[int], list[str], str]:
         """(ranks, nodes, how) of the ranks slow in enough recent steps."""
