@@ -17,8 +17,9 @@ OS allows it):
   (what the worker checkpoints) and the traced Python heap it holds.
 
 Rates are events per second of *CPU time* of this single-threaded process
-(`time.process_time`), i.e. per core, so they hold on a shared machine where
-wall-clock rates would mostly measure the neighbours.
+(`time.process_time`), i.e. per core, so they hold better on a shared machine
+where wall-clock rates would mostly measure the neighbours; the detector
+figure is the best of three fresh runs.
 
 It prints the figures and asserts nothing.
 """
@@ -64,16 +65,18 @@ def simulate(nodes: int, minutes: float) -> list[Record]:
     return list(events)
 
 
-def detector_throughput(records: list[Record]) -> tuple[float, DetectionPipeline, int]:
-    """Events/s through the default pipeline, records pre-decoded."""
-    pipeline = DetectionPipeline.from_settings(DetectorSettings())
-    incidents = 0
-    gc.collect()
-    start = time.process_time()
-    for record in records:
-        incidents += len(pipeline.process(record)[1])
-    elapsed = time.process_time() - start
-    return len(records) / elapsed, pipeline, incidents
+def detector_throughput(records: list[Record], repeats: int = 3) -> tuple[float, DetectionPipeline, int]:
+    """Events/s through the default pipeline, records pre-decoded (best of `repeats` fresh runs)."""
+    best = 0.0
+    for _ in range(repeats):
+        pipeline = DetectionPipeline.from_settings(DetectorSettings())
+        incidents = 0
+        gc.collect()
+        start = time.process_time()
+        for record in records:
+            incidents += len(pipeline.process(record)[1])
+        best = max(best, len(records) / (time.process_time() - start))
+    return best, pipeline, incidents
 
 
 def backtest_throughput(records: list[Record]) -> float:
