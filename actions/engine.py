@@ -173,10 +173,14 @@ class DecisionEngine:
                 inc, rule=rule, plan=self._evict_and_restart(inc, machines, ckpt=ckpt),
                 reason=f"silent data corruption on the only known machine {machines[0]}: evict and restore")
         replay = plan_regroupings(machines)
+        # If the replay cannot reproduce the corruption (a transient flip), an unambiguous checksum
+        # vote of the replicas (>= 3 agreeing against one) still names the machine.
+        voted = list(inc.nodes) if inc.nodes and not inc.evidence.get("ambiguous", True) else []
+        locate_params: dict[str, Any] = {"from_replay": [0, 1], "fallback_nodes": voted}
         plan = [PlannedAction(action="replay_regroup", nodes=machines, params={"phase": 1, "groups": replay.phase1}),
                 PlannedAction(action="replay_regroup", nodes=machines, params={"phase": 2, "groups": replay.phase2}),
-                PlannedAction(action="evict_node", params={"from_replay": [0, 1]}),
-                PlannedAction(action="swap_standby", params={"from_replay": [0, 1]}),
+                PlannedAction(action="evict_node", params=dict(locate_params)),
+                PlannedAction(action="swap_standby", params=dict(locate_params)),
                 restart]
         return self._decision(
             inc, rule=rule, plan=plan,

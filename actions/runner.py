@@ -154,6 +154,7 @@ class PlanRunner:
         params.pop("only_if_failed", None)
         params.pop("nodes_from", None)
         params.pop("from_replay", None)
+        params.pop("fallback_nodes", None)
         if step.action in ("restart_from_checkpoint", "retry", "rollback_code", "hot_update"):
             params["exclude_nodes"] = sorted(self.evicted.get(decision.job, set()))
             params["standby"] = dict(self.rails.pool.swaps)
@@ -178,7 +179,8 @@ class PlanRunner:
             i, j = (int(x) for x in params["from_replay"])
             plan = ReplayPlan(decision.plan[i].params["groups"], decision.plan[j].params["groups"])
             culprit = locate(plan, _failed_groups(results.get(i)), _failed_groups(results.get(j)))
-            return [culprit] if culprit else None
+            fallback = [str(n) for n in params.get("fallback_nodes") or []]
+            return [culprit] if culprit else (fallback or None)
         if "nodes_from" in params:
             named = results.get(int(params["nodes_from"]), _NONE).details.get("culprits") or []
             return [str(n) for n in named] or None

@@ -203,3 +203,22 @@ def test_network_self_check_pass_means_no_eviction(tmp_path: Path) -> None:
     assert d is not None and runner.run(d).status == "executed"
     assert not cluster.calls
     assert [r.status for r in runner.journal.steps(d.id)] == ["ok", "skipped", "skipped", "skipped"]
+
+
+def test_sdc_falls_back_to_an_unambiguous_checksum_vote_when_replay_names_no_machine(tmp_path: Path) -> None:
+    """A transient bit flip does not reproduce in replay; the replicas' majority vote still names the machine."""
+    cluster = Recorder()
+    eng, runner, _ = setup(tmp_path, spares=["s0"], cluster=cluster)  # replay passes everywhere (Recorder: ok)
+    voted = Incident(ts=50.0, id="s1", kind="sdc", job="j", onset=40.0, detected_at=50.0, step=120, nodes=["n3"],
+                     evidence={"ambiguous": False})
+    d = runner.admit(eng.decide(voted))
+    assert d is not None and runner.run(d).status == "executed"
+    assert cluster.calls[0][0].nodes == ["n3"] and "fallback_nodes" not in cluster.calls[0][0].params
+
+    cluster2 = Recorder()
+    eng2, runner2, _ = setup(tmp_path / "b", cluster=cluster2)
+    tie = Incident(ts=50.0, id="s2", kind="sdc", job="j", onset=40.0, detected_at=50.0, step=120, nodes=["n1", "n2"],
+                   evidence={"ambiguous": True})
+    d2 = runner2.admit(eng2.decide(tie))
+    assert d2 is not None and runner2.run(d2).status == "executed"
+    assert not cluster2.calls  # a tie names no one: nothing is evicted
