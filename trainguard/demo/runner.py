@@ -153,7 +153,7 @@ class DemoRunner:
     def _inject_and_follow(self, step: FaultStep, watcher: TopicWatcher) -> FaultOutcome:
         node = step.node if step.node in self._active(watcher) else sorted(self._active(watcher))[0]
         step = FaultStep(step.kind, node, step.expect, step.title, step.slow_s)
-        attempt = self._attempt(watcher)
+        attempts = self._attempts(watcher)
         known = {i.id for i in watcher.records(Incident)}
         out = FaultOutcome(step, injected_at=time.time())
         self.say.inject(step)
@@ -170,8 +170,8 @@ class DemoRunner:
         out.decision = watcher.wait_for(Decision, lambda d: d.incident_id == incident_id, self.sc.recover_timeout_s)
         if out.decision is not None:
             self.say.decision(out.decision)
-        resumed = watcher.wait_for(TrainingStep, lambda s: s.attempt > attempt and s.ts > out.injected_at,
-                                   self.sc.recover_timeout_s)
+        resumed = watcher.wait_for(TrainingStep, lambda s: s.attempt > attempts.get(s.node, -1)
+                                   and s.ts > out.injected_at, self.sc.recover_timeout_s)
         if out.decision is not None:
             out.results = [r for r in watcher.records(ActionResult) if r.command_id.startswith(out.decision.id)]
             self.say.actions(out.results)
@@ -208,11 +208,12 @@ class DemoRunner:
 
     def _wait_healthy(self, watcher: TopicWatcher) -> None:
         """Wait until the job has made steady progress and saved a checkpoint since the last fault."""
-        attempt = self._attempt(watcher)
-        steps = [s for s in watcher.records(TrainingStep) if s.attempt == attempt]
-        base = min((s.step for s in steps), default=0)
+        steps = watcher.records(TrainingStep)
+        since = max((s.ts for s in steps), default=0.0) - 1.0
+        newest = max(steps, key=lambda s: s.ts, default=None)
+        base = newest.step if newest else 0
         target = base + self.sc.healthy_steps_between
-        watcher.wait_for(TrainingStep, lambda s: s.attempt >= attempt and s.step >= target, self.sc.recover_timeout_s)
+        watcher.wait_for(TrainingStep, lambda s: s.ts > since and s.step >= target, self.sc.recover_timeout_s)
         watcher.wait_for(CheckpointEvent, lambda c: c.step > base and c.status == "saved", self.sc.recover_timeout_s)
 
     def _finish(self, watcher: TopicWatcher) -> int | None:
@@ -226,14 +227,20 @@ class DemoRunner:
         time.sleep(2.0)  # the last records of every rank
         return target
 
-    def _attempt(self, watcher: TopicWatcher) -> int:
-        return max((s.attempt for s in watcher.records(TrainingStep)), default=0)
+    def _attempts(self, watcher: TopicWatcher) -> dict[str, int]:
+        """Each node's latest attempt: a restart raises it on every node that takes part."""
+        out: dict[str, int] = {}
+        for s in watcher.records(TrainingStep):
+            out[s.node] = max(out.get(s.node, -1), s.attempt)
+        return out
 
     def _active(self, watcher: TopicWatcher) -> set[str]:
-        steps = watcher.records(TrainingStep)
-        attempt = self._attempt(watcher)
-        nodes = {s.node for s in steps if s.attempt == attempt}
-        return nodes or set(self.sc.nodes)
+        """Nodes whose rank reported a step within a few seconds of the newest step."""
+        last: dict[str, float] = {}
+        for s in watcher.records(TrainingStep):
+            last[s.node] = max(last.get(s.node, 0.0), s.ts)
+        newest = max(last.values(), default=0.0)
+        return {n for n, ts in last.items() if ts >= newest - 5.0} or set(self.sc.nodes)
 
     def _gpu_telemetry(self, watcher: TopicWatcher) -> None:
         """Simulated NVML samples (this machine has no GPU), one per node per second.
