@@ -49,6 +49,7 @@ class _Episode:
     localised: float | None = None
     recovered: float | None = None
     max_step: int = -1
+    attempt: int = 0
 
 
 @dataclass
@@ -59,6 +60,7 @@ class _Job:
     episodes: list[_Episode] = field(default_factory=list)
     max_step: int = -1
     rank: int | None = None
+    attempt: int = 0
 
 
 class EttrAccount:
@@ -85,7 +87,8 @@ class EttrAccount:
             self._step(record)
         elif isinstance(record, Incident):
             job = self._jobs.setdefault(record.job, _Job())
-            job.episodes.append(_Episode(record.onset, record.detected_at, max_step=job.max_step))
+            job.episodes.append(_Episode(record.onset, record.detected_at, max_step=job.max_step,
+                                         attempt=job.attempt))
             job.first = min(job.first, record.onset)
             job.last = max(job.last, record.detected_at)
         elif isinstance(record, ActionResult) and record.action in _LOCALISING and record.job in self._jobs:
@@ -120,11 +123,15 @@ class EttrAccount:
             return
         job.first = min(job.first, rec.ts - rec.step_time_s)
         job.last = max(job.last, rec.ts)
-        open_ep = self._open(job)
-        if open_ep is not None and rec.ts > open_ep.detected and rec.step <= open_ep.max_step:
-            open_ep.recovered = rec.ts - rec.step_time_s  # the first step after the restart
+        for ep in job.episodes:
+            # Recovered at the first step after the detection that comes from a restart (a new
+            # attempt) or from a restore (the step counter went back); every open episode closes.
+            if ep.recovered is None and rec.ts > ep.detected and (rec.attempt > ep.attempt
+                                                                    or rec.step <= ep.max_step):
+                ep.recovered = rec.ts - rec.step_time_s
         job.steps.append((rec.step, rec.ts, rec.step_time_s))
         job.max_step = max(job.max_step, rec.step)
+        job.attempt = max(job.attempt, rec.attempt)
 
     @staticmethod
     def _open(job: _Job) -> _Episode | None:
