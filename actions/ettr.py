@@ -115,8 +115,14 @@ class EttrAccount:
         productive = max(0.0, wall - sum(unproductive.values()))
         return EttrReport(job, wall, productive, unproductive, len(entry.episodes))
 
+    def attempt(self, job: str) -> int:
+        """The highest restart generation (`TrainingStep.attempt`) the job has reported."""
+        entry = self._jobs.get(job)
+        return entry.attempt if entry is not None else 0
+
     def _step(self, rec: TrainingStep) -> None:
         job = self._jobs.setdefault(rec.job, _Job())
+        job.attempt = max(job.attempt, rec.attempt)
         if job.rank is None:
             job.rank = rec.rank
         if rec.rank != job.rank:  # one rank speaks for the job: ranks step in lockstep
@@ -131,7 +137,6 @@ class EttrAccount:
                 ep.recovered = rec.ts - rec.step_time_s
         job.steps.append((rec.step, rec.ts, rec.step_time_s))
         job.max_step = max(job.max_step, rec.step)
-        job.attempt = max(job.attempt, rec.attempt)
 
     @staticmethod
     def _open(job: _Job) -> _Episode | None:

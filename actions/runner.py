@@ -45,7 +45,8 @@ class PlanRunner:
     """Executes decisions through executors, journaled and audited."""
 
     def __init__(self, *, journal: Journal, rails: Rails, node_executor: Executor, cluster_executor: Executor,
-                 key: bytes, sink: Sink, clock: Clock, topologies: dict[str, Topology] | None = None) -> None:
+                 key: bytes, sink: Sink, clock: Clock, topologies: dict[str, Topology] | None = None,
+                 reported_attempt: Callable[[str], int] | None = None) -> None:
         self.journal = journal
         self.rails = rails
         self.node_executor = node_executor
@@ -55,6 +56,10 @@ class PlanRunner:
         self.clock = clock
         self.topologies = topologies if topologies is not None else {}
         self.evicted: dict[str, set[str]] = {}
+        # A restart generation shared by every node of the job: a standby swapped in must join the
+        # same `attempt` as the nodes that stay, or detectors would see two jobs' worth of steps.
+        self.reported_attempt = reported_attempt or (lambda job: 0)
+        self.attempts: dict[str, int] = {}
         self._resets_seen = int(journal.get_state("operator").get("breaker_resets", 0))
         self._load_state()
 
@@ -158,6 +163,7 @@ class PlanRunner:
         if step.action in ("restart_from_checkpoint", "retry", "rollback_code", "hot_update"):
             params["exclude_nodes"] = sorted(self.evicted.get(decision.job, set()))
             params["standby"] = dict(self.rails.pool.swaps)
+            params["attempt"] = self._next_attempt(decision.job)
         if step.action in ("self_check", "replay_regroup"):
             params["machines"] = nodes
         targets = self._targets(decision.job, step.action, nodes)
@@ -212,6 +218,12 @@ class PlanRunner:
         gone = self.evicted.get(job, set())
         return [n for n in topo.nodes if n not in gone] + [s for s, n in self.rails.pool.swaps.items() if n in gone]
 
+    def _next_attempt(self, job: str) -> int:
+        nxt = max(self.attempts.get(job, 0), self.reported_attempt(job)) + 1
+        self.attempts[job] = nxt
+        self._save_state()
+        return nxt
+
     def _job_size(self, job: str) -> int:
         topo = self.topologies.get(job)
         return len(topo.nodes) if topo else 0
@@ -240,11 +252,13 @@ class PlanRunner:
         if "pool" in state:
             self.rails.pool.restore(state["pool"])
         self.evicted = {j: set(ns) for j, ns in state.get("evicted", {}).items()}
+        self.attempts = {j: int(a) for j, a in state.get("attempts", {}).items()}
 
     def _save_state(self) -> None:
         self.journal.put_state("rails", {"breaker": self.rails.breaker.snapshot(), "pool": self.rails.pool.snapshot(),
                                          "cooldown": self.rails.cooldown.snapshot(),
-                                         "evicted": {j: sorted(ns) for j, ns in self.evicted.items()}})
+                                         "evicted": {j: sorted(ns) for j, ns in self.evicted.items()},
+                                         "attempts": self.attempts})
 
 
 _NONE = ActionResult(ts=0.0, command_id="", action="none", status="skipped")

@@ -210,13 +210,13 @@ class Agent:
     def _execute(self, cmd: ActionCommand) -> tuple[str, str, dict[str, Any]]:
         p = cmd.params
         if cmd.action == "restart_from_checkpoint":
-            return self._restart(step=p.get("step"), path=p.get("path"))
+            return self._restart(step=p.get("step"), path=p.get("path"), attempt=p.get("attempt"))
         if cmd.action in ("hot_update", "rollback_code"):
             version = p.get("code_version")
             if not isinstance(version, str) or not version:
                 return "failed", "params.code_version is required (a non-empty string)", {}
             self.state.code_version = version
-            return self._restart(step=p.get("step"), path=p.get("path"))
+            return self._restart(step=p.get("step"), path=p.get("path"), attempt=p.get("attempt"))
         if cmd.action == "dump_stacks":
             return self._dump_stacks(repeat=int(p.get("repeat", 1)), interval_s=float(p.get("interval_s", 10.0)),
                                      reason=str(p.get("reason", f"dump_stacks {cmd.id}")))
@@ -227,12 +227,14 @@ class Agent:
             return "ok", f"training process stopped (exit code {code})", {"exit_code": code}
         return self._selfcheck(cmd)
 
-    def _restart(self, *, step: Any, path: Any) -> tuple[str, str, dict[str, Any]]:
+    def _restart(self, *, step: Any, path: Any, attempt: Any = None) -> tuple[str, str, dict[str, Any]]:
         if step is not None and not isinstance(step, int):
             return "failed", f"params.step must be an integer or null (got {step!r})", {}
         old = self.proc.stop(grace_s=self.grace_s)
         self.check_exit()
-        self.state.attempt += 1
+        # The job's restart generation when the command carries one (every node of the job, a
+        # standby included, then reports the same `attempt`); else this agent's own count.
+        self.state.attempt = max(self.state.attempt + 1, attempt if isinstance(attempt, int) else 0)
         self.state.resume_step = step
         self.state.resume_path = str(path) if path else None
         self._state_file.save(self.state)

@@ -92,7 +92,8 @@ def build_loop(settings: Settings, topics: Any, *, executor: str, dry_run: bool)
                   approval_kinds=list(cfg.approval_kinds))
     loop.runner = PlanRunner(journal=Journal(cfg.state_dir / "journal.sqlite"), rails=rails, node_executor=local,
                              cluster_executor=_cluster_executor(settings, executor, local), key=key,
-                             sink=loop.publish, clock=time.time, topologies=engine.topologies)
+                             sink=loop.publish, clock=time.time, topologies=engine.topologies,
+                             reported_attempt=loop.ettr.attempt)
     return loop
 
 

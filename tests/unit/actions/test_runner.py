@@ -222,3 +222,15 @@ def test_sdc_falls_back_to_an_unambiguous_checksum_vote_when_replay_names_no_mac
     d2 = runner2.admit(eng2.decide(tie))
     assert d2 is not None and runner2.run(d2).status == "executed"
     assert not cluster2.calls  # a tie names no one: nothing is evicted
+
+
+def test_restarts_carry_one_generation_for_the_whole_job(tmp_path: Path) -> None:
+    """A standby swapped in joins the job's restart generation, so every rank reports the same attempt."""
+    node = Recorder()
+    eng, runner, _ = setup(tmp_path, spares=["s0", "s1"], node=node)
+    runner.reported_attempt = lambda job: 4  # the job's steps already say attempt 4
+    for i, name in enumerate(["n2", "n5"]):
+        d = runner.admit(eng.decide(hw(name, ts=100.0 + 1000 * i)))
+        assert d is not None and runner.run(d).status == "executed"
+    restarts = [c for c, _ in node.calls if c.action == "restart_from_checkpoint"]
+    assert [c.params["attempt"] for c in restarts] == [5, 6]

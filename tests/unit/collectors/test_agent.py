@@ -119,3 +119,14 @@ def test_exit_is_published_once_with_its_code(make_agent) -> None:  # type: igno
     events = [r for r in sink.records if isinstance(r, LogEvent)]
     assert [(e.category, e.exit_code) for e in events] == [("nccl", None), ("exit", 7)]
     assert not [r for r in sink.records if isinstance(r, ActionResult)]
+
+
+def test_restart_adopts_the_job_generation_from_the_command(make_agent) -> None:  # type: ignore[no-untyped-def]
+    """A standby that never ran joins at the job's generation, not at its own count of 1."""
+    agent, _ = make_agent()
+    agent.start()
+    result = agent.handle(cmd("g1", "restart_from_checkpoint", params={"step": 40, "path": "/c/40", "attempt": 6}))
+    assert result is not None and result.details["TRAINGUARD_ATTEMPT"] == "6"
+    agent.handle(cmd("g2", "restart_from_checkpoint", params={"step": 40, "path": "/c/40"}))
+    assert agent.state.attempt == 7  # without a generation: its own count goes on
+    agent.proc.stop(grace_s=1.0)
