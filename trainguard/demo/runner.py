@@ -199,7 +199,9 @@ class DemoRunner:
         cmd = sign(ActionCommand(ts=time.time(), id=f"operator-{uuid.uuid4().hex[:8]}", action="hot_update",
                                  job=self.sc.job, nodes=sorted(self._active(watcher)),
                                  params={"code_version": version, "step": latest.step if latest else None,
-                                         "path": latest.path if latest else None}), self.key)
+                                         "path": latest.path if latest else None,
+                                         "attempt": max(self._attempts(watcher).values(), default=0) + 1}),
+                   self.key)
         assert self._producer is not None
         self._producer.send(self.topics.name("actions"), key=key_for(cmd), value=self.codec.encode(cmd))
         self._producer.flush()
