@@ -40,6 +40,13 @@ class CheckpointRegistry:
     >>> reg.observe(CheckpointEvent(ts=2.0, job="j", step=200, path="/c/200"))
     >>> reg.latest_before("j", step=150).path
     '/c/100'
+
+    After a restore to step 100 the job saves step 150 again: the old step 200
+    is from the abandoned timeline and is dropped.
+
+    >>> reg.observe(CheckpointEvent(ts=3.0, job="j", step=150, path="/c/150b"))
+    >>> reg.latest("j").path
+    '/c/150b'
     """
 
     def __init__(self) -> None:
@@ -49,12 +56,23 @@ class CheckpointRegistry:
         """Apply one announcement."""
         job = self._jobs.setdefault(event.job, _JobCheckpoints())
         if event.status == "saved":
+            self._drop_abandoned(job, event)
             if event.step not in job.by_step:
                 bisect.insort(job.steps, event.step)
             job.by_step[event.step] = Checkpoint(event.job, event.step, event.path, event.ts, event.code_version)
         elif event.status in ("failed", "invalid") and event.step in job.by_step:
             del job.by_step[event.step]
             job.steps.remove(event.step)
+
+    @staticmethod
+    def _drop_abandoned(job: _JobCheckpoints, event: CheckpointEvent) -> None:
+        """A save at step S after saves of later steps means the job went back (a restore):
+        the later checkpoints belong to the abandoned timeline and must never be restored."""
+        cut = bisect.bisect_right(job.steps, event.step)
+        stale = [s for s in job.steps[cut:] if job.by_step[s].ts < event.ts]
+        for step in stale:
+            del job.by_step[step]
+            job.steps.remove(step)
 
     def latest(self, job: str) -> Checkpoint | None:
         """The newest saved checkpoint of a job."""

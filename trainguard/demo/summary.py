@@ -22,15 +22,15 @@ def ettr_of(outcome: DemoOutcome, job: str) -> EttrReport:
 def print_summary(outcome: DemoOutcome, job: str, console: Console) -> EttrReport:
     """Render the per-fault table and the ETTR breakdown."""
     table = Table(title="faults injected and handled")
-    for col in ("fault", "incident", "latency", "decision", "resumed from", "recovered"):
+    for col in ("fault", "incident", "latency", "rule", "from step", "ok"):
         table.add_column(col)
     for f in outcome.faults:
         table.add_row(
-            f.step.title,
+            f"{f.step.kind}" + (f" @{f.step.node}" if f.step.node else ""),
             f.incident.kind if f.incident else "[red]missed[/]",
             f"{f.latency_s:.1f}s" if f.latency_s is not None else "-",
-            f.decision.rule if f.decision else "-",
-            f"step {f.resumed_from}" if f.resumed_from is not None else "-",
+            (f.decision.rule.split(".", 1)[-1] if f.decision else "-"),
+            str(f.resumed_from) if f.resumed_from is not None else "-",
             "[green]yes[/]" if f.ok else "[red]no[/]",
         )
     console.print(table)
