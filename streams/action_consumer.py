@@ -155,11 +155,13 @@ class ActionLoop:
             self.metrics.acted(action=result.action, status=result.status)
         rails = self.runner.rails
         self.metrics.rails(breaker_tripped=rails.breaker.tripped, pool_size=rails.pool.size)
+        report = self.ettr.report(final.job)
+        self.metrics.ettr(job=final.job, ettr=report.ettr, unproductive_s=report.unproductive_s)
         if final.status != decision.status:
             self.publish(AuditEntry(ts=final.ts, event="incident_summary", subject_id=final.incident_id,
                                     actor="trainguard-act",
                                     detail={"job": final.job, "decision": final.id, "status": final.status,
-                                            "rule": final.rule, "ettr": self.ettr.report(final.job).as_dict()}))
+                                            "rule": final.rule, "ettr": report.as_dict()}))
         self._producer.flush()
         return final
 

@@ -29,6 +29,17 @@ class ActionMetrics:
         self._pool = Gauge("trainguard_standby_pool_size", "Warm standby nodes ready", registry=self.registry)
         self._exhausted = Gauge("trainguard_standby_pool_exhausted", "1 when no spare is left",
                                 registry=self.registry)
+        self._ettr = Gauge("trainguard_job_ettr", "Effective training time ratio (productive / wall-clock)",
+                           ["training_job"], registry=self.registry)
+        self._unproductive = Gauge("trainguard_job_unproductive_seconds",
+                                   "Unproductive time by cause: detection, localisation, failover, recompute",
+                                   ["training_job", "category"], registry=self.registry)
+
+    def ettr(self, *, job: str, ettr: float, unproductive_s: dict[str, float]) -> None:
+        """A job's effective training time ratio and its unproductive time by cause."""
+        self._ettr.labels(training_job=job).set(ettr)
+        for category, seconds in unproductive_s.items():
+            self._unproductive.labels(training_job=job, category=category).set(seconds)
 
     def decided(self, *, kind: str, rule: str, status: str) -> None:
         """Count one decision."""
