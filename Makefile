@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # Subprocesses that call `trainguard` by name find the venv's console script.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install demo test unit integration broker-start broker-stop bench eval clean
+.PHONY: install demo test unit integration broker-start broker-stop bench eval typecheck clean
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -41,6 +41,9 @@ unit: install
 
 bench: install broker-start
 	$(PY) -m benchmarks
+
+typecheck: install
+	$(PY) -m mypy schemas detectors actions streams collectors trainguard
 
 eval: install
 	$(TG) backtest-eval scenarios/evaluation --report out/eval

@@ -149,9 +149,9 @@ class HangDetector(Detector):
         elif isinstance(record, LogEvent):
             # A process that exited is a crash or a restart, not a hang: its cause speaks through the
             # logs or the hardware. Only if the job still makes no progress `exit_grace_s` later is it stuck.
-            job = self._jobs.get(record.job)
-            if job is not None and record.exit_code is not None:
-                job.exit_ts = record.ts
+            exited = self._jobs.get(record.job)
+            if exited is not None and record.exit_code is not None:
+                exited.exit_ts = record.ts
         elif isinstance(record, RdmaSample):
             self._rdma[record.node] = sum(p.tx_bps + p.rx_bps for p in record.ports)
         elif isinstance(record, JobTopology):

@@ -116,7 +116,7 @@ class GpuStats(
     lost: bool = False
 
 
-class NodeGpuSample(Record, tag="gpu_sample"):
+class NodeGpuSample(Record, tag="gpu_sample", frozen=True):
     """All GPUs of one node at one instant, plus XIDs seen since the last sample.
 
     `nvml_ok` is False when NVML is missing, failing or timed out: the node is
@@ -150,7 +150,7 @@ class RdmaPort(
     link_error_recovery: int = 0
 
 
-class RdmaSample(Record, tag="rdma_sample"):
+class RdmaSample(Record, tag="rdma_sample", frozen=True):
     """All RDMA ports of one node at one instant."""
 
     node: str
@@ -161,7 +161,7 @@ class RdmaSample(Record, tag="rdma_sample"):
 # --------------------------------------------------------------------- training
 
 
-class TrainingStep(Record, tag="step"):
+class TrainingStep(Record, tag="step", frozen=True):
     """One finished optimizer step on one rank.
 
     `checksum` is a digest of parameters or gradients that must be identical
@@ -188,7 +188,7 @@ class TrainingStep(Record, tag="step"):
     attempt: int = 0
 
 
-class Heartbeat(Record, tag="heartbeat"):
+class Heartbeat(Record, tag="heartbeat", frozen=True):
     """A liveness beat from a training process, sent from a background thread."""
 
     job: str
@@ -199,7 +199,7 @@ class Heartbeat(Record, tag="heartbeat"):
     phase: Phase = "training"
 
 
-class PhaseChange(Record, tag="phase"):
+class PhaseChange(Record, tag="phase", frozen=True):
     """The job announces it enters a phase (checkpointing, eval ...)."""
 
     job: str
@@ -209,7 +209,7 @@ class PhaseChange(Record, tag="phase"):
     step: int = 0
 
 
-class CheckpointEvent(Record, tag="checkpoint"):
+class CheckpointEvent(Record, tag="checkpoint", frozen=True):
     """A checkpoint announcement; `status` moves started -> saved (or failed)."""
 
     job: str
@@ -220,7 +220,7 @@ class CheckpointEvent(Record, tag="checkpoint"):
     code_version: str = ""
 
 
-class LogEvent(Record, tag="log"):
+class LogEvent(Record, tag="log", frozen=True):
     """One interesting log line (CUDA, NCCL, XID, traceback, exit code)."""
 
     node: str
@@ -234,7 +234,7 @@ class LogEvent(Record, tag="log"):
     code_version: str = ""  # of the process that printed it, when a supervisor knows
 
 
-class StackSample(Record, tag="stack"):
+class StackSample(Record, tag="stack", frozen=True):
     """The Python stack of one training process; frames outermost first."""
 
     job: str
@@ -245,7 +245,7 @@ class StackSample(Record, tag="stack"):
     reason: str = ""
 
 
-class JobTopology(Record, tag="topology"):
+class JobTopology(Record, tag="topology", frozen=True):
     """The job's parallel layout and where each rank runs."""
 
     job: str
@@ -259,7 +259,7 @@ class JobTopology(Record, tag="topology"):
 # ----------------------------------------------------------------- findings
 
 
-class Anomaly(Record, tag="anomaly"):
+class Anomaly(Record, tag="anomaly", frozen=True):
     """One detector's finding, localised as precisely as the detector can.
 
     `ts` is the event time at which it was detected; `onset` is the event time
@@ -280,7 +280,7 @@ class Anomaly(Record, tag="anomaly"):
     evidence: dict[str, Any] = {}
 
 
-class Incident(Record, tag="incident"):
+class Incident(Record, tag="incident", frozen=True):
     """Anomalies about one fault, merged: one per job and kind and episode."""
 
     id: str
@@ -327,7 +327,7 @@ class PlannedAction(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     params: dict[str, Any] = {}
 
 
-class Decision(Record, tag="decision"):
+class Decision(Record, tag="decision", frozen=True):
     """What the decision engine chose for an incident, and why."""
 
     id: str
@@ -343,7 +343,7 @@ class Decision(Record, tag="decision"):
     status: Literal["planned", "awaiting_approval", "blocked", "executed", "failed"] = "planned"
 
 
-class ActionCommand(Record, tag="action_command"):
+class ActionCommand(Record, tag="action_command", frozen=True):
     """A signed instruction to an executor or an on-node agent.
 
     `signature` is an HMAC over the command's other fields (see
@@ -361,7 +361,7 @@ class ActionCommand(Record, tag="action_command"):
     signature: str = ""
 
 
-class ActionResult(Record, tag="action_result"):
+class ActionResult(Record, tag="action_result", frozen=True):
     """The outcome of one command, published by whoever carried it out."""
 
     command_id: str
@@ -373,7 +373,7 @@ class ActionResult(Record, tag="action_result"):
     details: dict[str, Any] = {}
 
 
-class AuditEntry(Record, tag="audit"):
+class AuditEntry(Record, tag="audit", frozen=True):
     """An entry of the append-only audit trail of every decision and action."""
 
     event: str
@@ -382,7 +382,7 @@ class AuditEntry(Record, tag="audit"):
     actor: str = ""
 
 
-class DeadLetter(Record, tag="dead_letter"):
+class DeadLetter(Record, tag="dead_letter", frozen=True):
     """A message that could not be decoded, kept whole with the reason."""
 
     source_topic: str

@@ -16,6 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import yaml
 from kafka import KafkaProducer
@@ -305,7 +306,7 @@ def _loss(step: TrainingStep | None) -> float | None:
     return float(value)
 
 
-class Reporter:
+class Reporter(Protocol):
     """What the runner tells the user (see `trainguard.demo.console`)."""
 
     def phase(self, text: str) -> None: ...
