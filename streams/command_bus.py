@@ -27,12 +27,25 @@ class KafkaCommandBus:
         self._producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=0)
         self._consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
         name = topics.name("action-results")
-        parts = [TopicPartition(name, p) for p in sorted(self._consumer.partitions_for_topic(name) or {0})]
+        parts = [TopicPartition(name, p) for p in sorted(self._partitions(name))]
         self._consumer.assign(parts)
         self._consumer.seek_to_end(*parts)
         for tp in parts:  # resolve the end offsets now, before any command goes out
             self._consumer.position(tp)
         self._pending: dict[str, list[ActionResult]] = {}
+
+    def _partitions(self, name: str, timeout_s: float = 30.0) -> set[int]:
+        """Every partition of the results topic. Guessing {0} while metadata is still
+        loading would miss every result keyed to another partition."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._consumer.topics()  # refreshes the cluster metadata
+            found = self._consumer.partitions_for_topic(name)
+            if found:
+                return set(found)
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"topic {name} has no partitions (was it created?)")
+            time.sleep(0.2)
 
     def send(self, command: ActionCommand) -> None:
         """Publish one signed command, keyed by its job."""
