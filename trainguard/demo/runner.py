@@ -152,7 +152,9 @@ class DemoRunner:
     # ------------------------------------------------------------- faults
 
     def _inject_and_follow(self, step: FaultStep, watcher: TopicWatcher) -> FaultOutcome:
-        node = step.node if step.node in self._active(watcher) else sorted(self._active(watcher))[0]
+        node = step.node
+        if node and node not in self._active(watcher):  # evicted earlier: the fault hits a node still in the job
+            node = sorted(self._active(watcher))[0]
         step = FaultStep(step.kind, node, step.expect, step.title, step.slow_s)
         attempts = self._attempts(watcher)
         known = {i.id for i in watcher.records(Incident)}
