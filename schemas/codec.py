@@ -108,12 +108,7 @@ class Codec:
             raise DecodeError(f"malformed JSON: {exc}") from None
         except UnicodeDecodeError as exc:
             raise DecodeError(f"payload is not UTF-8: {exc.reason}") from None
-        if record.schema_version != SCHEMA_VERSION:
-            raise DecodeError(
-                f"unsupported schema_version {record.schema_version} (this build reads {SCHEMA_VERSION})",
-                "schema_version",
-            )
-        return record
+        return _supported(record)
 
     def to_builtins(self, record: Record) -> dict[str, Any]:
         """The record as plain JSON-ready Python objects (for recordings)."""
@@ -126,15 +121,23 @@ class Codec:
             record = msgspec.convert(value, AnyRecord if expect is None else expect)
         except msgspec.ValidationError as exc:
             raise DecodeError(str(exc), _field_of(str(exc))) from None
-        if record.schema_version != SCHEMA_VERSION:
-            raise DecodeError(f"unsupported schema_version {record.schema_version}", "schema_version")
-        return record
+        return _supported(record)
 
     def _typed_decoder(self, cls: type[Record]) -> msgspec.json.Decoder[Any]:
         decoder = self._typed.get(cls)
         if decoder is None:
             decoder = self._typed[cls] = msgspec.json.Decoder(cls)
         return decoder
+
+
+def _supported(record: Any) -> Any:
+    """The record, if this build reads its schema version."""
+    if record.schema_version != SCHEMA_VERSION:
+        raise DecodeError(
+            f"unsupported schema_version {record.schema_version} (this build reads {SCHEMA_VERSION})",
+            "schema_version",
+        )
+    return record
 
 
 def _field_of(message: str) -> str:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
+
+from schemas.topics import Topics
+
+if TYPE_CHECKING:
+    from trainguard.settings import Settings
 
 
 def ensure_topics(servers: str, names: list[str], *, partitions: int, replication: int) -> list[str]:
@@ -23,3 +30,9 @@ def ensure_topics(servers: str, names: list[str], *, partitions: int, replicatio
         return missing
     finally:
         admin.close()
+
+
+def ensure_configured_topics(settings: Settings, names: list[str] | None = None) -> list[str]:
+    """`ensure_topics` with the configured servers, layout and (by default) every topic of the prefix."""
+    return ensure_topics(settings.broker.servers, names or Topics(settings.topics.prefix).all(),
+                         partitions=settings.topics.partitions, replication=settings.topics.replication)

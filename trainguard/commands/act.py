@@ -36,14 +36,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     from schemas.topics import Topics
     from streams.action_consumer import ActionLoop
-    from streams.admin import ensure_topics
+    from streams.admin import ensure_configured_topics
 
     console = Console()
     cfg = settings.actions
     dry_run = args.dry_run or cfg.dry_run
     topics = Topics(settings.topics.prefix)
-    ensure_topics(settings.broker.servers, topics.all(),
-                  partitions=settings.topics.partitions, replication=settings.topics.replication)
+    ensure_configured_topics(settings)
     loop = build_loop(settings, topics, executor=args.executor or cfg.executor, dry_run=dry_run)
     if args.metrics_port:
         loop.metrics.serve(args.metrics_port)

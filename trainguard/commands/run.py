@@ -75,11 +75,10 @@ def _ensure_topics(settings: Settings, names: list[str]) -> None:
     """Create the topics if the broker is up; the agent must run the job even when it is not."""
     from kafka.errors import KafkaError
 
-    from streams.admin import ensure_topics
+    from streams.admin import ensure_configured_topics
 
     try:
-        ensure_topics(settings.broker.servers, names, partitions=settings.topics.partitions,
-                      replication=settings.topics.replication)
+        ensure_configured_topics(settings, names)
     except KafkaError as exc:
         logging.getLogger(__name__).warning("could not create topics (%s); continuing", exc)
 

@@ -18,12 +18,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     import faust
 
-    from schemas.topics import Topics
-    from streams.admin import ensure_topics
+    from streams.admin import ensure_configured_topics
     from streams.app import create_app
 
-    ensure_topics(settings.broker.servers, Topics(settings.topics.prefix).all(),
-                  partitions=settings.topics.partitions, replication=settings.topics.replication)
+    ensure_configured_topics(settings)
     app = create_app(settings)
     worker = faust.Worker(app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()

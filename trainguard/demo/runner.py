@@ -213,9 +213,8 @@ class DemoRunner:
 
     def _wait_healthy(self, watcher: TopicWatcher) -> None:
         """Wait until the job has made steady progress and saved a checkpoint since the last fault."""
-        steps = watcher.records(TrainingStep)
-        since = max((s.ts for s in steps), default=0.0) - 1.0
-        newest = max(steps, key=lambda s: s.ts, default=None)
+        newest = max(watcher.records(TrainingStep), key=lambda s: s.ts, default=None)
+        since = newest.ts - 1.0 if newest else 0.0
         base = newest.step if newest else 0
         target = base + self.sc.healthy_steps_between
         watcher.wait_for(TrainingStep, lambda s: s.ts > since and s.step >= target, self.sc.recover_timeout_s)
