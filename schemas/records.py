@@ -383,7 +383,13 @@ class AuditEntry(Record, tag="audit", frozen=True):
 
 
 class DeadLetter(Record, tag="dead_letter", frozen=True):
-    """A message that could not be decoded, kept whole with the reason."""
+    """A message that could not be used, with the reason.
+
+    The original is kept whole up to a size that always fits a Kafka
+    message; a bigger one is cut (`truncated`), and `original_size`,
+    `sha256` and (`source_topic`, `partition`, `offset`) say what and where
+    the original is.
+    """
 
     source_topic: str
     reason: str
@@ -391,3 +397,6 @@ class DeadLetter(Record, tag="dead_letter", frozen=True):
     partition: int = -1
     offset: int = -1
     key_b64: str = ""
+    original_size: int = -1
+    truncated: bool = False
+    sha256: str = ""
