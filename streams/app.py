@@ -41,6 +41,10 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
         web_port=port or settings.worker.web_port,
         web_bind="0.0.0.0",
         consumer_auto_offset_reset="earliest",
+        # Faust's own (topic-less) group member must not hold a restarted worker back for
+        # its default 60 s session timeout after a SIGKILL: the batch loop starts after it.
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=3.0,
     )
     proc = processor or MessageProcessor(DetectionPipeline.from_settings(settings.detectors), topics)
     app.trainguard_processor = proc  # type: ignore[attr-defined]  # for tests and metrics

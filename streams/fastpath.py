@@ -102,6 +102,10 @@ class BatchLoop:
         await consumer.start()
         try:
             if self.exactly_once:
+                # Fence a killed predecessor now: its open transaction (outputs, snapshot, offsets) is
+                # aborted, so our group's offsets and the changelog are stable before we read them.
+                await producer.begin_transaction()
+                await producer.commit_transaction()
                 await self._restore()
             consumer.subscribe([self.topics.name(t) for t in INPUT_TOPICS], listener=_Listener(self, producer))
             await self._loop(consumer, producer)
@@ -119,10 +123,7 @@ class BatchLoop:
         await reader.start()
         try:
             name = self.topics.name("worker-state")
-            parts = [TopicPartition(name, p) for p in sorted(reader.partitions_for_topic(name) or ())]
-            if not parts:
-                await reader.topics()
-                parts = [TopicPartition(name, p) for p in sorted(reader.partitions_for_topic(name) or ())]
+            parts = await kafka_io.aio_partitions_for(reader, name)
             reader.assign(parts)
             blob = None
             async for message in kafka_io.aio_read_to_end(reader, parts):
