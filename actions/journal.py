@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from schemas.codec import Codec
-from schemas.records import ActionResult, Decision
+from schemas.records import ActionCommand, ActionResult, Decision
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -25,6 +27,8 @@ CREATE TABLE IF NOT EXISTS decisions (
 CREATE TABLE IF NOT EXISTS steps (
   decision_id TEXT, idx INTEGER, status TEXT, body BLOB, PRIMARY KEY (decision_id, idx));
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS intents (
+  decision_id TEXT, idx INTEGER, body BLOB, PRIMARY KEY (decision_id, idx));
 """
 
 FINAL = ("executed", "failed", "blocked")
@@ -43,6 +47,9 @@ class Journal:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
+        # FULL: a committed row survives a power cut, not only a killed process. Writes are
+        # per decision, step and checkpoint/topology announcement, so the fsync is affordable.
+        self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
         self._codec = Codec()
 
@@ -55,13 +62,21 @@ class Journal:
         row = self._db.execute("SELECT body FROM decisions WHERE incident_id=?", (incident_id,)).fetchone()
         return None if row is None else self._codec.decode(row[0], Decision)
 
-    def record_decision(self, decision: Decision) -> bool:
-        """Journal a new decision; False if its incident was already decided."""
-        cur = self._db.execute(
-            "INSERT OR IGNORE INTO decisions VALUES (?,?,?,?,?,?)",
-            (decision.id, decision.incident_id, decision.job, decision.ts, decision.status,
-             self._codec.encode(decision)),
-        )
+    def record_decision(self, decision: Decision, state: dict[str, dict[str, Any]] | None = None) -> bool:
+        """Journal a new decision (and the engine memory it changed, atomically).
+
+        False if its incident was already decided; then `state` is not written either,
+        so a redelivered incident cannot count twice in the engine's memory.
+        """
+        with self._tx():
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO decisions VALUES (?,?,?,?,?,?)",
+                (decision.id, decision.incident_id, decision.job, decision.ts, decision.status,
+                 self._codec.encode(decision)),
+            )
+            if cur.rowcount == 1:
+                for key, value in (state or {}).items():
+                    self._db.execute("INSERT OR REPLACE INTO kv VALUES (?,?)", (key, json.dumps(value)))
         return cur.rowcount == 1
 
     def update_decision(self, decision: Decision) -> None:
@@ -91,10 +106,61 @@ class Journal:
         row = self._db.execute("SELECT body FROM steps WHERE decision_id=? AND idx=?", (decision_id, idx)).fetchone()
         return None if row is None else self._codec.decode(row[0], ActionResult)
 
-    def record_step(self, decision_id: str, idx: int, result: ActionResult) -> None:
-        """Journal one step's result (before the next step starts)."""
-        self._db.execute("INSERT OR REPLACE INTO steps VALUES (?,?,?,?)",
-                         (decision_id, idx, result.status, self._codec.encode(result)))
+    def record_step(self, decision_id: str, idx: int, result: ActionResult,
+                    state: dict[str, dict[str, Any]] | None = None) -> None:
+        """Journal one step's result, and the state it changed, in one transaction.
+
+        A step's effects (the node is evicted, the breaker counted it, a spare was
+        taken) and its "done" mark must never be durable one without the other: a
+        crash between them would repeat the step or forget its effects.
+        """
+        with self._tx():
+            self._db.execute("INSERT OR REPLACE INTO steps VALUES (?,?,?,?)",
+                             (decision_id, idx, result.status, self._codec.encode(result)))
+            self._db.execute("DELETE FROM intents WHERE decision_id=? AND idx=?", (decision_id, idx))
+            for key, value in (state or {}).items():
+                self._db.execute("INSERT OR REPLACE INTO kv VALUES (?,?)", (key, json.dumps(value)))
+
+    def record_intent(self, decision_id: str, idx: int, command: ActionCommand) -> None:
+        """Journal a signed command before it is sent: its rails were passed.
+
+        A consumer killed after sending resumes by re-sending this very command
+        (same id, so the agent de-duplicates) instead of asking the rails again,
+        which would now refuse it (the node is in cooldown since the first send).
+        """
+        self._db.execute("INSERT OR REPLACE INTO intents VALUES (?,?,?)",
+                         (decision_id, idx, self._codec.encode(command)))
+
+    def intent(self, decision_id: str, idx: int) -> ActionCommand | None:
+        """The command a step sent but whose result was never journaled."""
+        row = self._db.execute("SELECT body FROM intents WHERE decision_id=? AND idx=?",
+                               (decision_id, idx)).fetchone()
+        return None if row is None else self._codec.decode(row[0], ActionCommand)
+
+    def put_states(self, states: dict[str, dict[str, Any]]) -> None:
+        """Store several state blobs atomically."""
+        with self._tx():
+            for key, value in states.items():
+                self._db.execute("INSERT OR REPLACE INTO kv VALUES (?,?)", (key, json.dumps(value)))
+
+    def states(self, prefix: str) -> dict[str, dict[str, Any]]:
+        """Every state blob whose key starts with `prefix`, by the rest of its key."""
+        rows = self._db.execute("SELECT key, value FROM kv WHERE key >= ? AND key < ?", (prefix, prefix + "\uffff"))
+        return {k[len(prefix):]: dict(json.loads(v)) for k, v in rows.fetchall()}
+
+    def delete_state(self, key: str) -> None:
+        """Forget one state blob."""
+        self._db.execute("DELETE FROM kv WHERE key=?", (key,))
+
+    @contextmanager
+    def _tx(self) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def steps(self, decision_id: str) -> list[ActionResult]:
         """Every journaled step result of a decision, in plan order."""

@@ -23,6 +23,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from actions.checkpoints import CheckpointRegistry
 from actions.engine import DecisionEngine
 from actions.ettr import EttrAccount
+from actions.knowledge import JobKnowledge
 from actions.runner import PlanRunner
 from schemas.codec import Codec, DecodeError
 from schemas.records import (ActionResult, AuditEntry, CheckpointEvent, Decision, Incident, JobTopology, Record,
@@ -47,6 +48,7 @@ class ActionLoop:
     codec: Codec = field(default_factory=Codec)
     ettr: EttrAccount = field(default_factory=EttrAccount)
     metrics: ActionMetrics = field(default_factory=ActionMetrics)
+    knowledge: JobKnowledge | None = None
     _producer: Any = None
 
     def publish(self, record: Record) -> None:
@@ -113,10 +115,10 @@ class ActionLoop:
             record = self.codec.decode(value)
         except DecodeError:
             return 0  # the worker dead-letters malformed input; here we only skip it
-        if isinstance(record, CheckpointEvent):
-            self.checkpoints.observe(record)
+        if isinstance(record, CheckpointEvent):  # journaled before this batch's offsets are committed
+            self.knowledge.observe_checkpoint(record) if self.knowledge else self.checkpoints.observe(record)
         elif isinstance(record, JobTopology):
-            self.engine.observe_topology(record)
+            self.knowledge.observe_topology(record) if self.knowledge else self.engine.observe_topology(record)
         elif isinstance(record, TrainingStep):
             self.ettr.observe(record)
         elif isinstance(record, ActionResult):
@@ -134,7 +136,7 @@ class ActionLoop:
         self.ettr.observe(incident)
         decision = self.engine.decide(incident)
         if self.runner is not None:
-            admitted = self.runner.admit(decision)
+            admitted = self.runner.admit(decision, self.knowledge.engine_state() if self.knowledge else None)
             if admitted is None:  # redelivered: already decided, maybe already acted on
                 self._producer.flush()
                 return 0

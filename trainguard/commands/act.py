@@ -70,6 +70,7 @@ def build_loop(settings: Settings, topics: Any, *, executor: str, dry_run: bool)
     from actions.engine import DecisionEngine
     from actions.executors.local import LocalExecutor
     from actions.journal import Journal
+    from actions.knowledge import JobKnowledge
     from actions.runner import PlanRunner, Rails
     from actions.safety import CircuitBreaker, Cooldown
     from actions.standby import StandbyPool
@@ -79,20 +80,25 @@ def build_loop(settings: Settings, topics: Any, *, executor: str, dry_run: bool)
 
     cfg = settings.actions
     key = cfg.hmac_key.get_secret_value().encode()
-    checkpoints = CheckpointRegistry()
+    checkpoints = CheckpointRegistry(max_jobs=cfg.max_jobs)
     engine = DecisionEngine(checkpoints, dry_run=dry_run, retry_window_s=cfg.retry_window_s,
-                            network_confirmations=cfg.network_confirmations)
-    loop = ActionLoop(settings.broker.servers, topics, engine, checkpoints, group_id=cfg.group_id)
+                            network_confirmations=cfg.network_confirmations, max_jobs=cfg.max_jobs)
+    journal = Journal(cfg.state_dir / "journal.sqlite")
+    knowledge = JobKnowledge(journal, engine, checkpoints)
+    knowledge.load()  # a restarted act knows every checkpoint, topology and earlier incident the old one did
+    loop = ActionLoop(settings.broker.servers, topics, engine, checkpoints, group_id=cfg.group_id,
+                      knowledge=knowledge)
     local = LocalExecutor(bus=KafkaCommandBus(servers=settings.broker.servers, topics=topics),
                           timeout_s=cfg.command_timeout_s, clock=time.time, sign=partial(sign, key=key))
     rails = Rails(CircuitBreaker(max_fraction=cfg.breaker_max_fraction, window_s=cfg.breaker_window_s,
-                                 fleet_size=cfg.fleet_size),
+                                 fleet_size=cfg.fleet_size, min_job_size=cfg.min_job_size,
+                                 fleet_max_evictions=cfg.fleet_max_evictions),
                   Cooldown(cooldown_s=cfg.cooldown_s), StandbyPool(spares=list(cfg.standby_nodes)),
                   approval_kinds=list(cfg.approval_kinds))
-    loop.runner = PlanRunner(journal=Journal(cfg.state_dir / "journal.sqlite"), rails=rails, node_executor=local,
+    loop.runner = PlanRunner(journal=journal, rails=rails, node_executor=local,
                              cluster_executor=_cluster_executor(settings, executor, local), key=key,
                              sink=loop.publish, clock=time.time, topologies=engine.topologies,
-                             reported_attempt=loop.ettr.attempt)
+                             reported_attempt=loop.ettr.attempt, max_jobs=cfg.max_jobs)
     return loop
 
 
