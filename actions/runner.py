@@ -12,9 +12,11 @@ restart.
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -29,6 +31,16 @@ from schemas.records import ActionCommand, ActionResult, AuditEntry, Decision, P
 from schemas.signing import sign
 
 Sink = Callable[[Record], None]
+T = TypeVar("T")
+
+
+def _locked(method: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(method)
+    def wrapper(self: PlanRunner, *args: Any, **kwargs: Any) -> T:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
 _STOP_ON_FAILURE = frozenset({"evict_node", "restart_from_checkpoint", "rollback_code", "hot_update", "retry"})
 
 
@@ -50,6 +62,9 @@ class PlanRunner:
                  reported_attempt: Callable[[str], int] | None = None, max_jobs: int = 4096) -> None:
         self.journal = journal
         self.rails = rails
+        # Plans of different jobs run on threads; rails and bookkeeping change only under this
+        # lock, which is released while an executor waits for agents (seconds to minutes).
+        self.lock = threading.RLock()
         self.node_executor = node_executor
         self.cluster_executor = cluster_executor
         self.key = key
@@ -66,6 +81,7 @@ class PlanRunner:
 
     # ------------------------------------------------------------ decisions
 
+    @_locked
     def admit(self, decision: Decision, state: dict[str, dict[str, Any]] | None = None) -> Decision | None:
         """Journal a new decision (approval/dry-run status set), with `state` atomically; None if a duplicate."""
         if needs_approval(decision.kind, self.rails.approval_kinds) and not decision.dry_run:
@@ -78,6 +94,7 @@ class PlanRunner:
                                               "dry_run": decision.dry_run, "plan": [s.action for s in decision.plan]})
         return decision
 
+    @_locked
     def run(self, decision: Decision) -> Decision:
         """Execute (or resume) a planned decision; return it with its final status."""
         if decision.dry_run or decision.status != "planned":
@@ -105,6 +122,7 @@ class PlanRunner:
         self._audit("decision_" + status, decision.id, {"incident": decision.incident_id})
         return final
 
+    @_locked
     def approve(self, decision_id: str) -> Decision | None:
         """Operator approval: move an awaiting decision to planned."""
         decision = self.journal.get(decision_id)
@@ -115,6 +133,7 @@ class PlanRunner:
         self._audit("approved", decision_id, {})
         return decision
 
+    @_locked
     def poll_operator(self) -> None:
         """Apply operator requests another process left in the journal (breaker resets)."""
         requested = int(self.journal.get_state("operator").get("breaker_resets", 0))
@@ -128,6 +147,7 @@ class PlanRunner:
                 self._save_state()
                 self._audit("standby_returned", node, {"pool_size": self.rails.pool.size})
 
+    @_locked
     def reset_breaker(self) -> None:
         """Operator reset of a tripped circuit breaker."""
         self.rails.breaker.reset()
@@ -190,7 +210,11 @@ class PlanRunner:
         """
         targets = list(command.nodes) if targets is None else targets  # a command names exactly its targets
         executor = self.cluster_executor if step.action in CLUSTER_ACTIONS else self.node_executor
-        result = executor.execute(command, targets=targets)
+        self.lock.release()  # held once, by `run`: other jobs' plans go on while this one waits
+        try:
+            result = executor.execute(command, targets=targets)
+        finally:
+            self.lock.acquire()
         if isinstance(command.params.get("attempt"), int):  # the generation this restart started
             self.attempts[decision.job] = max(self.attempts.get(decision.job, 0), command.params["attempt"])
         if step.action in ("evict_node", "cordon_node") and result.status == "ok":

@@ -51,5 +51,8 @@ class ActionSettings(BaseModel):
     command_timeout_s: float = Field(120.0, gt=0, description="how long to wait for agents' results")
     retry_window_s: float = Field(3600.0, gt=0, description="a second unknown fault within this escalates")
     network_confirmations: int = Field(2, ge=1, description="network anomalies needed before evicting")
+    plan_workers: int = Field(4, ge=1, description="plans (of different jobs) executed at once")
+    state_wait_s: float = Field(2.0, ge=0, description="before deciding, wait at most this long for the "
+                                "checkpoint/training topics to be read up to the incident")
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
