@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from detectors.common import Bounded
 from schemas.records import ActionResult, Incident, Record, TrainingStep
 
 CATEGORIES = ("detection", "localisation", "failover", "recompute")
@@ -78,15 +79,18 @@ class EttrAccount:
     (10.0, 1.0, 2.0)
     """
 
-    def __init__(self) -> None:
-        self._jobs: dict[str, _Job] = {}
+    def __init__(self, *, max_jobs: int = 4096, max_steps: int = 50_000) -> None:
+        # Bounded like every per-key map: jobs beyond `max_jobs` are forgotten oldest first, and
+        # a job keeps its last `max_steps` steps (older ones are settled: redone or not).
+        self._jobs: Bounded[str, _Job] = Bounded(max_jobs)
+        self.max_steps = max_steps
 
     def observe(self, record: Record) -> None:
         """Take in one record; ignores the kinds it does not account for."""
         if isinstance(record, TrainingStep):
             self._step(record)
         elif isinstance(record, Incident):
-            job = self._jobs.setdefault(record.job, _Job())
+            job = self._job(record.job)
             job.episodes.append(_Episode(record.onset, record.detected_at, max_step=job.max_step,
                                          attempt=job.attempt))
             job.first = min(job.first, record.onset)
@@ -121,7 +125,7 @@ class EttrAccount:
         return entry.attempt if entry is not None else 0
 
     def _step(self, rec: TrainingStep) -> None:
-        job = self._jobs.setdefault(rec.job, _Job())
+        job = self._job(rec.job)
         job.attempt = max(job.attempt, rec.attempt)
         if job.rank is None:
             job.rank = rec.rank
@@ -136,7 +140,15 @@ class EttrAccount:
                                                                     or rec.step <= ep.max_step):
                 ep.recovered = rec.ts - rec.step_time_s
         job.steps.append((rec.step, rec.ts, rec.step_time_s))
+        if len(job.steps) > self.max_steps + self.max_steps // 4:  # trim in chunks: amortised O(1)
+            del job.steps[: len(job.steps) - self.max_steps]
         job.max_step = max(job.max_step, rec.step)
+
+    def _job(self, name: str) -> _Job:
+        job = self._jobs.get(name)
+        if job is None:
+            job = self._jobs[name] = _Job()
+        return job
 
     @staticmethod
     def _open(job: _Job) -> _Episode | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actions.executors.base import Clock
+from actions.executors.base import K8S_NODE, Clock, invalid_nodes, refused
 from schemas.records import ActionCommand, ActionResult
 
 
@@ -49,6 +49,8 @@ class KubernetesExecutor:
         """Cordon+taint+evict, cordon, or uncordon each target node."""
         from kubernetes.client.exceptions import ApiException
 
+        if why := invalid_nodes(targets or command.nodes, K8S_NODE):
+            return refused(command, why, ts=self.clock())
         done: dict[str, Any] = {}
         try:
             for node in targets or command.nodes:
