@@ -105,12 +105,19 @@ class Simulation:
                 t = t1
             else:
                 self._pause(t, t1, phase, style)
+                if style == "megatron":  # that pause held the eval as well
+                    next_eval = self._grid(t1, job.eval_every_s)
                 if phase == "checkpointing":
                     next_ckpt = self._grid(t1, job.checkpoint_every_s)
                 else:
                     next_eval = self._grid(t1, job.eval_every_s)
                 t = t1
             yield from self._flush(min(t, self.end))
+        if self.job.end_s is not None:  # the job completes: its processes exit cleanly, its nodes go idle
+            self._announce(self.end - 0.5, "stopped")
+            for node in range(self.job.nodes):
+                self._log(self.end - 0.4, self.lay.ranks_on(node)[0], "INFO", "torchelastic",
+                          "process exited with code 0", "exit", exit_code=0)
         yield from self._flush(self.end)
 
     def _grid(self, t: float, every: float) -> float:
