@@ -104,7 +104,7 @@ def _metrics(app: faust.App, settings: Settings, proc: MessageProcessor, topics:
 def _run_batch_loop(app: faust.App, settings: Settings, proc: MessageProcessor, topics: Topics,
                     metrics: WorkerMetrics | None) -> None:
     """Run the input side as one batch loop (streams.fastpath) instead of per-topic agents."""
-    loop = BatchLoop(servers=settings.broker.servers, topics=topics, processor=proc,
+    loop = BatchLoop(broker=settings.broker, topics=topics, processor=proc,
                      group_id=f"{settings.worker.app_id}.detect", metrics=metrics,
                      max_records=settings.worker.fetch_max_records, poll_timeout_s=settings.worker.batch_within_s,
                      lag_interval_s=settings.metrics.lag_interval_s)

@@ -19,14 +19,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from schemas.topics import INPUT_TOPICS, Topics
+from streams import kafka_io
 from streams.idle import IdleClock
 from streams.metrics import WorkerMetrics
 from streams.processor import MessageProcessor, OutMessage, RawMessage
+
+if TYPE_CHECKING:
+    from trainguard.settings import BrokerSettings
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +41,7 @@ class BatchLoop:
     def __init__(
         self,
         *,
-        servers: str,
+        broker: BrokerSettings,
         topics: Topics,
         processor: MessageProcessor,
         group_id: str,
@@ -48,7 +52,7 @@ class BatchLoop:
         lag_interval_s: float = 5.0,
         commit_interval_s: float = 1.0,
     ) -> None:
-        self.servers = servers
+        self.broker = broker
         self.topics = topics
         self.processor = processor
         self.group_id = group_id
@@ -66,16 +70,10 @@ class BatchLoop:
 
     async def run(self) -> None:
         """Run until `stop()`; every committed offset has its outputs acknowledged."""
-        consumer = AIOKafkaConsumer(
-            *(self.topics.name(t) for t in INPUT_TOPICS),
-            bootstrap_servers=self.servers,
-            group_id=self.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_partition_fetch_bytes=8 << 20,
-            fetch_max_bytes=64 << 20,
-        )
-        producer = AIOKafkaProducer(bootstrap_servers=self.servers, acks="all", linger_ms=5)
+        consumer = kafka_io.aio_consumer(self.broker, *(self.topics.name(t) for t in INPUT_TOPICS),
+                                         group_id=self.group_id, max_partition_fetch_bytes=8 << 20,
+                                         fetch_max_bytes=64 << 20)
+        producer = kafka_io.aio_producer(self.broker)
         await consumer.start()
         await producer.start()
         try:
@@ -131,8 +129,7 @@ class BatchLoop:
             return
         if self.metrics is not None:
             self.metrics.count_outputs(outputs)
-        acks = [await producer.send(out.topic, out.value, key=out.key) for out in outputs]
-        await asyncio.gather(*acks)  # every output is on the broker before the offsets move
+        await kafka_io.send_all(producer, outputs)  # every output is on the broker before the offsets move
 
 
 async def _commit_quietly(consumer: AIOKafkaConsumer) -> None:

@@ -10,6 +10,7 @@ from schemas.codec import decode, encode
 from schemas.records import TrainingStep
 from schemas.topics import Topics
 from streams.fastpath import BatchLoop, to_raw
+from trainguard.settings import BrokerSettings
 from streams.metrics import WorkerMetrics
 from streams.processor import MessageProcessor
 
@@ -34,7 +35,7 @@ def test_to_raw_keeps_position_and_converts_ms_to_seconds() -> None:
 def test_a_fetch_is_processed_in_order_with_outputs_and_metrics() -> None:
     proc = MessageProcessor(DetectionPipeline([NanDetector()]), TOPICS)
     metrics = WorkerMetrics(stats=proc.stats, topics=TOPICS)
-    loop = BatchLoop(servers="unused:9092", topics=TOPICS, processor=proc, group_id="g", metrics=metrics)
+    loop = BatchLoop(broker=BrokerSettings(bootstrap="unused:9092"), topics=TOPICS, processor=proc, group_id="g", metrics=metrics)
     # the NaN detector reports once event time has moved past its settle time (the step at ts 105)
     fetched = {TopicPartition("u.training", 1): [_record(0, _step(1, 2.0)), _record(1, _step(2, "nan")),
                                                  _record(2, b"not json"), _record(3, _step(5, 2.0))]}
