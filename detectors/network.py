@@ -71,10 +71,13 @@ class NetworkDetector(Detector):
         self.confirm_window_s = confirm_window_s
         self.error_burst = error_burst
         self._ports: Bounded[tuple[str, str, int], _Port] = Bounded(max_ports)
+        self._now = float("-inf")
 
     def observe(self, record: Record) -> list[Anomaly]:
         if not isinstance(record, RdmaSample):
             return []
+        if record.ts > self._now:
+            self._now = record.ts  # the stream's clock: a host running behind must not date a finding early
         out: list[Anomaly] = []
         for p in record.ports:
             reason = self._check(record, p)
@@ -109,7 +112,7 @@ class NetworkDetector(Detector):
             return None
         state.fired = True
         return finding(
-            self.instance, "network", ts=ts, onset=state.first_bad, job=sample.job, nodes=[sample.node],
+            self.instance, "network", ts=max(ts, self._now), onset=state.first_bad, job=sample.job, nodes=[sample.node],
             key=key, evidence={"node": sample.node, "device": p.device, "port": p.port, "state": p.state,
                                "link_downed_growth": downed, "error_growth": grown},
         )

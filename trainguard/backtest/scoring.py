@@ -4,7 +4,9 @@ Matching rule: an incident matches a label of the same `kind` and `job`
 whose window `[start, end + grace_s]` contains the incident's `detected_at`.
 The grace (default 120 s) covers detectors that confirm a fault just after
 the job was already recovering, without letting an unrelated later
-incident count as a detection.
+incident count as a detection. Labels are in true time while event times
+are host clocks, so the window also opens `skew_s` (default 2 s, the
+fleet's clock-skew bound) before the start.
 
 * recall: labels with at least one matching incident / labels.
 * precision: incidents matching some label / incidents.
@@ -27,6 +29,7 @@ from schemas.records import ANOMALY_KINDS
 
 EVICTING_KINDS = frozenset({"hw_fault", "network", "hang", "slowdown", "sdc"})
 DEFAULT_GRACE_S = 120.0
+DEFAULT_SKEW_S = 2.0
 
 
 @dataclass
@@ -88,7 +91,7 @@ class Score:
 
 
 def score(labels: list[dict[str, Any]], incidents: list[dict[str, Any]], *,
-          grace_s: float = DEFAULT_GRACE_S) -> Score:
+          grace_s: float = DEFAULT_GRACE_S, skew_s: float = DEFAULT_SKEW_S) -> Score:
     """Match incidents to labels and tally every figure per kind.
 
     >>> lab = [{"id": "f1", "kind": "nan", "job": "j", "start": 10.0, "end": 50.0, "nodes": ["n1"], "ranks": [3]}]
@@ -109,7 +112,7 @@ def score(labels: list[dict[str, Any]], incidents: list[dict[str, Any]], *,
         tally = tallies.setdefault(inc["kind"], KindTally())
         tally.incidents += 1
         label = next((lab for lab in by_key.get((inc["kind"], inc["job"]), ())
-                      if lab["start"] <= inc["detected_at"] <= lab["end"] + grace_s), None)
+                      if lab["start"] - skew_s <= inc["detected_at"] <= lab["end"] + grace_s), None)
         matches[inc["id"]] = label["id"] if label else None
         if label is not None:
             tally.matched_incidents += 1
