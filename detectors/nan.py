@@ -7,6 +7,15 @@ therefore *settles* for `settle_s` of event time (or until the job is two
 steps further on) and then reports the earliest (step, ts) NaN it saw: its
 rank, node and step. That keeps detection within about one step while
 naming the right rank under reordering.
+
+The settle window is `settle_s` (the hook batches its sends for up to a
+second, so the origin's record can arrive that much after its peers')
+plus twice the host clock-skew bound `skew_s`: the first NaN may carry a
+clock running `skew_s` fast while event time is read off a host running
+`skew_s` slow. Because skew of a second or more dwarfs the milliseconds
+between ranks' records of one step, the origin is chosen by *what* the
+ranks report before *when*: the earliest step first, then a non-finite
+loss over a non-finite grad norm alone, and only then the timestamp.
 """
 
 from __future__ import annotations
@@ -54,7 +63,9 @@ class NanDetector(Detector):
     []
     >>> d.observe(TrainingStep(ts=2.0, job="j", rank=1, node="n0", step=2, loss="nan"))  # earlier, arrived later
     []
-    >>> [(a.kind, a.ranks, a.step) for a in d.tick(4.0)]
+    >>> d.tick(4.0)  # still settling: the origin may be late (batching) or on a slow clock (skew)
+    []
+    >>> [(a.kind, a.ranks, a.step) for a in d.tick(7.5)]
     [('nan', [1], 2)]
 
     At the same step, the rank with the NaN loss is the origin; peers only see
@@ -65,15 +76,18 @@ class NanDetector(Detector):
     []
     >>> d.observe(TrainingStep(ts=1.1, job="j", rank=2, node="n1", step=5, loss="nan", grad_norm="nan"))
     []
-    >>> [(a.ranks, a.nodes) for a in d.tick(3.0)]
+    >>> [(a.ranks, a.nodes) for a in d.tick(7.0)]
     [([2], ['n1'])]
     """
 
     consumes = frozenset({"step"})
 
-    def __init__(self, *, instance: str = "nan", settle_s: float = 1.0, max_jobs: int = 10_000) -> None:
+    def __init__(self, *, instance: str = "nan", settle_s: float = 1.0, skew_s: float = 2.0,
+                 max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)
         self.settle_s = settle_s
+        self.skew_s = skew_s
+        self._window = settle_s + 2 * skew_s
         self._open: Bounded[str, tuple[int, int, int]] = Bounded(max_jobs)  # job -> reported (attempt, step, rank)
         self._pending: dict[str, _First] = {}
 
@@ -124,7 +138,7 @@ class NanDetector(Detector):
     def tick(self, ts: float) -> list[Anomaly]:
         if not self._pending:
             return []
-        due = [job for job, first in self._pending.items() if ts - first.seen >= self.settle_s]
+        due = [job for job, first in self._pending.items() if ts - first.seen >= self._window]
         return [a for job in sorted(due) for a in self._report(job, ts)]
 
     def _report(self, job: str, now: float) -> list[Anomaly]:

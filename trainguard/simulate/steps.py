@@ -46,6 +46,7 @@ class StepModel:
         self._compute: list[float] = []
         self._step_time = 0.0
         self._spiked: dict[str, int] = {}  # loss-spike fault id -> spiked steps so far
+        self._nan_step: dict[str, int] = {}  # NaN fault id -> the step it first showed at
         self._coords = [lay.coords(r) for r in range(lay.world)]
         self._nodes = [node_names[lay.node_of(r)] for r in range(lay.world)]
         self._tokens = max(1, self.job.tokens_per_step // lay.world)
@@ -106,9 +107,7 @@ class StepModel:
             r_loss: float = loss * (1.0 + rng.gauss(0.0, 0.002))
             r_grad: float = grad
             if nan is not None:
-                if nan.variant == "loss":
-                    r_loss = math.nan
-                r_grad = math.inf if nan.variant == "grad" else math.nan
+                r_loss, r_grad = self._nan(nan, r, r_loss, r_grad, step)
             check = sums[(tp, pp)]
             if sdc is not None and r == sdc.rank:
                 check = checksum(job.name, attempt, step, tp, pp, "sdc")
@@ -119,6 +118,17 @@ class StepModel:
                 checksum=check, code_version=code_version, attempt=attempt,
             ))
         return out
+
+    def _nan(self, nan: Fault, rank: int, loss: float, grad: float, step: int) -> tuple[float, float]:
+        """How a NaN spreads. At its first step only the origin's own values are bad: a NaN loss (its
+        gradients, all-reduced, make every peer's grad norm NaN), or an overflowing local grad norm
+        (the hook measures it before the all-reduce). From the next step the weights are NaN everywhere."""
+        first = self._nan_step.setdefault(nan.id, step)
+        if step > first:
+            return math.nan, math.nan
+        if nan.variant == "loss":
+            return (math.nan, math.nan) if rank == nan.rank else (loss, math.nan)
+        return (loss, math.inf) if rank == nan.rank else (loss, grad)
 
     def checkpointed(self) -> None:
         """A checkpoint of the current step was saved."""
