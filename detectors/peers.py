@@ -133,6 +133,12 @@ class StragglerTracker:
             return [], [], "none"
         return ranks, sorted({p.node_of[r] for r in ranks}), "peers"
 
+    def ranks_on(self, job: str, nodes: list[str]) -> list[int]:
+        """The job's ranks running on `nodes` (a node-level culprit slows all of them)."""
+        p = self._jobs.get(job)
+        wanted = set(nodes)
+        return sorted(r for r, n in p.node_of.items() if n in wanted) if p is not None else []
+
     def nodes(self, job: str) -> list[str]:
         """Every node the job's ranks were seen on."""
         p = self._jobs.get(job)
