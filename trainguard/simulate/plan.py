@@ -32,7 +32,8 @@ BENIGN_XIDS: tuple[int, ...] = (13, 31, 43)
 RESTARTING = {("hw_fault", "xid"), ("hw_fault", "dbe"), ("hw_fault", "lost"), ("hw_fault", "remap_failed"),
               ("hw_fault", "nvml_timeout"), ("network", "port_down"),
               ("hang", "dataloader"), ("hang", "collective"), ("hang", "cuda_sync"), ("nan", "loss"),
-              ("nan", "grad"), ("sdc", "checksum"), ("user_error", "import_error"),
+              ("nan", "grad"), ("nan", "inf_loss"), ("sdc", "checksum"), ("sdc", "intermittent"),
+              ("sdc", "last_stage"), ("user_error", "import_error"),
               ("user_error", "shape_mismatch"), ("user_error", "syntax_error"), ("user_error", "oom")}
 SETTLE_S = 120.0  # quiet time required after one fault ends before the next may start
 
@@ -105,6 +106,8 @@ def resolve(spec: FaultSpec, index: int, scenario: Scenario, rng: random.Random)
     if spec.kind == "loss_spike":
         # A spike lasts a few *steps*; the window leaves room for a pause in between.
         spike_steps = max(1, round((spec.duration_s or 0) / job.step_time_s)) if spec.duration_s else rng.randint(1, 3)
+        if variant == "single":
+            spike_steps = 1
         default = (spike_steps + 1) * job.step_time_s * 1.5 + max(job.checkpoint_pause_s, job.eval_pause_s)
     else:
         default = DEFAULT_DURATION_S[spec.kind]
@@ -121,6 +124,9 @@ def resolve(spec: FaultSpec, index: int, scenario: Scenario, rng: random.Random)
     node = spec.node if spec.node is not None else lay.node_of(rank)
     if spec.rank is None and spec.node is not None:
         rank = rng.choice(lay.ranks_on(node))
+    if spec.kind == "sdc" and variant == "last_stage" and spec.rank is None and lay.pp > 1:
+        rank = rng.choice([r for r in range(lay.world) if lay.coords(r)[1] == lay.pp - 1])
+        node = lay.node_of(rank)
     gpu = spec.gpu if spec.gpu is not None else rank % lay.gpus_per_node
     if spec.kind == "hw_fault":
         rank = node * lay.gpus_per_node + gpu  # the rank driving the faulty GPU

@@ -23,9 +23,9 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "network": ("port_down", "error_burst", "degraded"),
     "hang": ("dataloader", "collective", "cuda_sync"),
     "slowdown": ("thermal", "power", "silent", "gradual"),
-    "nan": ("loss", "grad"),
-    "loss_spike": ("spike",),
-    "sdc": ("checksum",),
+    "nan": ("loss", "grad", "inf_loss"),
+    "loss_spike": ("spike", "single", "grad"),
+    "sdc": ("checksum", "intermittent", "last_stage"),
     "user_error": ("import_error", "shape_mismatch", "syntax_error", "oom"),
 }
 

@@ -93,7 +93,10 @@ class StepModel:
         if step < job.warmup_steps:  # LR warm-up: the loss barely moves, noisily, and gradients are large
             loss = 10.5 - 1.0 * step / job.warmup_steps + rng.gauss(0.0, 0.15)
             grad *= rng.lognormvariate(0.8, 0.4)
-        if spike is not None:
+        if spike is not None and spike.variant == "grad":  # an exploding gradient the loss barely shows
+            loss *= 1.0 + 0.05 * spike.magnitude / 10.0
+            grad *= spike.magnitude * rng.uniform(2.0, 4.0)
+        elif spike is not None:
             loss *= spike.magnitude
             grad *= spike.magnitude * rng.uniform(1.5, 3.0)
         mfu = job.mfu * job.step_time_s / self._step_time
@@ -109,7 +112,7 @@ class StepModel:
             if nan is not None:
                 r_loss, r_grad = self._nan(nan, r, r_loss, r_grad, step)
             check = sums[(tp, pp)]
-            if sdc is not None and r == sdc.rank:
+            if sdc is not None and r == sdc.rank and (sdc.variant != "intermittent" or step % 3 == 0):
                 check = checksum(job.name, attempt, step, tp, pp, "sdc")
             out.append(TrainingStep(
                 ts=ts, job=job.name, rank=r, node=self._nodes[r], step=step, loss=metric(r_loss),  # type: ignore[arg-type]
@@ -128,6 +131,8 @@ class StepModel:
             return math.nan, math.nan
         if nan.variant == "loss":
             return (math.nan, math.nan) if rank == nan.rank else (loss, math.nan)
+        if nan.variant == "inf_loss":  # an fp16 overflow in the forward pass
+            return (math.inf, math.nan) if rank == nan.rank else (loss, math.nan)
         return (loss, math.inf) if rank == nan.rank else (loss, grad)
 
     def checkpointed(self) -> None:
