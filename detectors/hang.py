@@ -52,7 +52,7 @@ SPIN_UTIL_PCT = 90.0
 class _Job:
     __slots__ = ("max_step", "attempt", "progress_ts", "intervals", "paused_by", "alive_ts", "fired",
                  "rank_step", "rank_node", "rank_beat", "stacks", "pause_ts", "pause_phase", "pauses", "announced",
-                 "exit_ts", "pause_step", "pause_key", "resumed", "nodes", "spinning", "spin_ts")
+                 "exit_ts", "pause_step", "pause_key", "resumed", "nodes", "spinning", "spin_ts", "saving")
 
     def __init__(self, ts: float) -> None:
         self.max_step = -1
@@ -77,6 +77,7 @@ class _Job:
         self.nodes: set[str] = set()
         self.spinning: set[str] = set()  # nodes whose GPUs spin while their RDMA is silent
         self.spin_ts: float | None = None  # since when every node of the job spins
+        self.saving = False  # a checkpoint started and not yet saved
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(getattr(self, s) for s in self.__slots__)
@@ -163,8 +164,10 @@ class HangDetector(Detector):
         elif isinstance(record, PhaseChange):
             self._phase(self._job(record.job, record.ts), record.phase, record.rank, record.ts, record.step)
         elif isinstance(record, CheckpointEvent):
-            if record.status == "started":  # "saved" ends nothing: an async save finishes while steps run
-                self._phase(self._job(record.job, record.ts), "checkpointing", record.rank, record.ts, record.step)
+            job = self._job(record.job, record.ts)
+            job.saving = record.status == "started"
+            if job.saving:  # "saved" ends nothing: an async save finishes while steps run
+                self._phase(job, "checkpointing", record.rank, record.ts, record.step)
         elif isinstance(record, StackSample):
             if is_observer_thread(record.frames):
                 return []  # the hook's and Kafka's own threads look alike on every rank
@@ -266,9 +269,15 @@ class HangDetector(Detector):
         job.paused_by = rank
 
     def _resume(self, job: _Job, ts: float) -> None:
-        """Steps confirmed the pause's end: time it (announced pauses only, heartbeats lag)."""
-        if job.pause_key & MEASURED_PAUSES and job.announced and not job.fired:
-            key = _key(job.pause_key)
+        """Steps confirmed the pause's end: time it (announced pauses only, heartbeats lag).
+
+        A pause that fired as a hang but ended with the job stepping again in
+        the same attempt was a pause after all, so it is learned too. A save
+        still running when steps resume was asynchronous: its short blocking
+        part is learned apart, so it never shrinks the synchronous allowance.
+        """
+        if job.pause_key & MEASURED_PAUSES and job.announced:
+            key = _key(job.pause_key) + ("/async" if job.saving else "")
             if key not in job.pauses:
                 job.pauses[key] = Rolling(8)
             job.pauses[key].add(ts - job.pause_ts)
@@ -280,13 +289,13 @@ class HangDetector(Detector):
     def pause_limit(self, job: _Job, ts: float) -> float:
         """Seconds a checkpoint/eval pause may last before it counts as hung.
 
-        Learned from the job's earlier confirmed pauses of the same kind: a
-        margin over the longest recent one, as pause lengths vary with what
-        is saved or evaluated; shorter when the stacks taken during the pause
-        split into a majority and outliers.
+        Learned from the job's earlier confirmed pauses of the same kind (for
+        a kind not seen yet, say checkpoint then eval, the sum of its phases'
+        longest pauses): a margin over the longest recent one, as pause lengths vary with what is saved or
+        evaluated; shorter when the stacks taken during the pause split into
+        a majority and outliers.
         """
-        past = job.pauses.get(_key(job.pause_key))
-        longest = max(past.values) if past is not None and len(past) else 0.0
+        longest = _allowance(job.pauses, job.pause_key)
         slack = 2 * self.skew_s
         if outliers({r: sig for r, (t, sig) in job.stacks.items() if t >= job.pause_ts}):
             return (max(self.floor_s, 1.2 * longest) if longest else 300.0) + slack
@@ -353,6 +362,20 @@ class HangDetector(Detector):
         per_job = sum(len(j.rank_step) + len(j.rank_node) + len(j.rank_beat) + len(j.stacks) + len(j.intervals)
                       for j in self._jobs.values())
         return len(self._jobs) + per_job + len(self._node_job) + len(self._rdma) + len(self._busy)
+
+
+def _allowance(pauses: dict[str, Rolling], phases: frozenset[str]) -> float:
+    """The longest confirmed pause of this kind; 0.0 when nothing tells."""
+    past = pauses.get(_key(phases))
+    if past is not None and len(past):
+        return max(past.values)
+    total = 0.0
+    for phase in phases & MEASURED_PAUSES:
+        seen = [max(r.values) for k, r in pauses.items() if len(r) and "/" not in k and phase in k.split("+")]
+        if not seen:
+            return 0.0
+        total += max(seen)
+    return total
 
 
 def _key(phases: frozenset[str]) -> str:
