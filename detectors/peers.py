@@ -189,8 +189,8 @@ class GpuSlowSignals:
         """
         slow = {n for n in nodes if n in self._slow and ts - self._slow[n][0] <= self.keep_s}
         clocks = {n: self._clock[n][1] for n in nodes if n in self._clock and ts - self._clock[n][0] <= self.keep_s}
-        if len(clocks) >= 3:
-            typical = median(clocks.values())
+        if len(clocks) >= 2:  # of two nodes, the faster one is the reference
+            typical = median(clocks.values()) if len(clocks) >= 3 else max(clocks.values())
             slow |= {n for n, r in clocks.items() if r < self.peer_ratio * typical}
         systemic = len(nodes) >= 4 and len(slow) * 4 > len(nodes)
         return [] if systemic else sorted(slow)

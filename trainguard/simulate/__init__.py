@@ -39,7 +39,11 @@ def run_scenario(scenario: Scenario) -> tuple[Iterator[Record], list[dict[str, A
             raise ScenarioError(f"{scenario.name}: {exc}") from None
         sim = Simulation(one, plan)
         streams.append(sim.events())
-        truth.extend(labels(plan, one, sim.node_names))
+        found = labels(plan, one, sim.node_names)
+        if index:  # fault ids are numbered per job: name the job so ids stay unique
+            for lab in found:
+                lab["id"] = lab["id"].replace(f"{scenario.name}-", f"{scenario.name}-{one.job.name}-", 1)
+        truth.extend(found)
         for name in sim.node_names:
             busy.setdefault(name, []).append((sim.begin, sim.end))
     names = sorted(busy) + [f"idle-node-{i:03d}" for i in range(scenario.fleet.idle_nodes)]

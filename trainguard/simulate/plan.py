@@ -205,7 +205,7 @@ def labels(plan: list[Fault], scenario: Scenario, node_names: list[str]) -> list
     for f in plan:
         nodes = [] if f.node < 0 else [node_names[f.node]]
         if f.kind == "slowdown":
-            ranks = lay.ranks_on(f.node)
+            ranks = lay.ranks_on(f.node) if f.node >= 0 else []
         elif f.kind in ("network", "hw_fault"):
             ranks = []  # a NIC or GPU is evicted with its node; `gpu` names the device
         else:

@@ -129,3 +129,18 @@ def test_sdc_reports_a_second_corrupted_replica_but_not_the_same_one_twice() -> 
     first = feed(d, f.steps(10, checksum_of={10: "x"}))
     second = feed(d, f.steps(10, checksum_of={10: "x", 4: "y"}))
     assert [a.ranks for a in first] == [[10]] and [a.ranks for a in second] == [[4]]
+
+
+def test_nan_is_reported_as_soon_as_every_rank_reported_its_step() -> None:
+    """No need to wait out the settle window when the whole step is in: the origin cannot be late."""
+    f, d = Fleet(), NanDetector()
+    feed(d, f.steps(5))
+    step = f.steps(1, bad={r: {"grad_norm": "nan"} for r in range(16) if r != 4})
+    step = [msgspec.structs.replace(r, loss="nan") if getattr(r, "rank", -1) == 4 else r for r in step]
+    ranks = [r for r in step if hasattr(r, "rank")]
+    out = []
+    for rec in ranks[:-1]:
+        out += d.observe(rec)
+    assert out == []  # one rank still missing: it could be the origin
+    out += d.observe(ranks[-1])
+    assert [(a.step, a.ranks) for a in out] == [(6, [4])]
