@@ -85,6 +85,11 @@ class Score:
     matches: dict[str, str | None]  # incident id -> label id (None: false positive)
     missed: list[str]  # label ids never detected
     variants: dict[str, list[int]] = field(default_factory=dict)  # "kind/variant" -> [faults, detected]
+    shapes: dict[str, KindTally] = field(default_factory=dict)  # "kind/variant" -> its own tally
+
+    def per_shape(self) -> dict[str, dict[str, Any]]:
+        """Recall, latency and localisation per fault shape (precision is per kind: a false alarm has no shape)."""
+        return {k: t.summary() for k, t in sorted(self.shapes.items())}
 
     def per_kind(self) -> dict[str, dict[str, Any]]:
         return {k: t.summary() for k, t in self.tallies.items()}
@@ -119,17 +124,23 @@ def score(labels: list[dict[str, Any]], incidents: list[dict[str, Any]], *,
             first.setdefault(label["id"], inc)
         if inc["kind"] in EVICTING_KINDS and set(inc.get("nodes", ())) - set(label["nodes"] if label else ()):
             tally.false_evictions += 1
+    shapes: dict[str, KindTally] = {}
     for lab in labels:
+        shape = shapes.setdefault(f"{lab['kind']}/{lab.get('variant', '-')}", KindTally())
+        shape.labels += 1
         detection = first.get(lab["id"])
         if detection is not None:
             _tally_detection(tallies[lab["kind"]], lab, detection)
+            _tally_detection(shape, lab, detection)
+            shape.incidents += 1
+            shape.matched_incidents += 1
     missed = [lab["id"] for lab in labels if lab["id"] not in first]
     variants: dict[str, list[int]] = {}
     for lab in labels:
         counts = variants.setdefault(f"{lab['kind']}/{lab.get('variant', '-')}", [0, 0])
         counts[0] += 1
         counts[1] += lab["id"] in first
-    return Score(tallies, matches, missed, variants)
+    return Score(tallies, matches, missed, variants, shapes)
 
 
 def _tally_detection(tally: KindTally, lab: dict[str, Any], inc: dict[str, Any]) -> None:
