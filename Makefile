@@ -46,6 +46,7 @@ typecheck: install
 	$(PY) -m mypy schemas detectors actions streams collectors trainguard
 
 eval: install
+	$(TG) backtest-eval scenarios/evaluation-fleet --report out/eval-fleet
 	$(TG) backtest-eval scenarios/evaluation --report out/eval
 
 clean:
