@@ -76,13 +76,20 @@ class CheckpointManager:
         self.server = BackupServer(self.root, host=self.cfg.host, port=self.cfg.port) if self.cfg.peer else None
         self.peer: PeerChoice | None = None
         self.addrs: dict[int, str] = {}
-        if self.cfg.peer and self.world_size > 1:
-            self.peer = choose_peer(self.rank, world_size=self.world_size, tp=tp, pp=pp, node_of=_nodes(self.node))
-            self.addrs = _exchange_addresses(job, self.rank, self.server.address if self.server else "", peer_addrs)
+        self.reconnect(peer_addrs)
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
             optimizer.register_step_pre_hook(lambda *_: self.wait_copy())
         self._shipper = threading.Thread(target=self._ship_loop, name="trainguard-ckpt-ship", daemon=True)
         self._shipper.start()
+
+    def reconnect(self, peer_addrs: Mapping[int, str] | None = None) -> None:
+        """(Re)learn the peer and every backup server's address: at start and after a process group is
+        re-created (a replacement's server is new). A collective when torch.distributed is up."""
+        if self.cfg.peer and self.world_size > 1:
+            self.peer = choose_peer(self.rank, world_size=self.world_size, tp=self.tp, pp=self.pp,
+                                    node_of=_nodes(self.node))
+            self.addrs = _exchange_addresses(self.job, self.rank, self.server.address if self.server else "",
+                                             peer_addrs)
 
     # ------------------------------------------------------------ the step
 
