@@ -84,3 +84,20 @@ def _wait_for_backup(directory: Path, timeout_s: float = 60) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"no peer backup appeared in {directory}")
+
+
+def test_fsdp_sharded_state_round_trips(tmp_path: Path) -> None:
+    """FSDP2 (`fully_shard`) runs on the CPU over gloo here, so the real sharded state is used."""
+    store = _store()
+    outs = [tmp_path / f"f{r}.json" for r in range(2)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, str(WORKER.with_name("fsdp_worker.py")), "--rank", str(r),
+                               "--store", f"127.0.0.1:{store.port}", "--mem", str(tmp_path / f"m{r}"),
+                               "--out", str(outs[r])], env=env) for r in range(2)]
+    _wait(procs)
+    for out in outs:
+        rep = json.loads(out.read_text())
+        assert rep["changed_by_training"] and rep["sharded"]
+        assert rep["local_params"] * 2 == rep["full_params"]  # each rank snapshots only its shard
+        assert (rep["tier"], rep["step"], rep["equal"]) == ("memory", 2, True)
+        assert (rep["peer_tier"], rep["peer_equal"]) == ("peer", True)

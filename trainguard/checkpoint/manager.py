@@ -30,7 +30,7 @@ from schemas.records import CheckpointEvent
 from trainguard.checkpoint.config import CheckpointConfig
 from trainguard.checkpoint.layout import Layout, checksum, copy_in, flatten, plan_layout
 from trainguard.checkpoint.peer import BackupServer, PeerChoice, choose_peer, send_backup
-from trainguard.checkpoint.restore import Restored, RestoreSources, agree_step, load_state, restore_from
+from trainguard.checkpoint.restore import TIERS, Restored, RestoreSources, agree_step, load_state, restore_from
 from trainguard.checkpoint.state import get_state, set_state
 from trainguard.checkpoint.store import Manifest, SlotRing, memory_root, write_files
 
@@ -70,7 +70,7 @@ class CheckpointManager:
         self._pending: tuple[int, Manifest] | None = None
         self._wake = threading.Event()
         self._closed = False
-        self._last_done = {"peer": -1, "disk": -1, "durable": -1}
+        self._last_done = {"peer": 0, "disk": 0, "durable": 0}
         self.first_bad_step: int | None = None
         self.stats = {"snapshots": 0, "skipped_busy": 0, "peer_sent": 0, "peer_skipped": 0, "peer_failed": 0}
         self.server = BackupServer(self.root, host=self.cfg.host, port=self.cfg.port) if self.cfg.peer else None
@@ -130,6 +130,17 @@ class CheckpointManager:
         """Block until the in-flight device->host copy is done (called before the optimizer mutates)."""
         self._copied.wait()
 
+    def flush(self, timeout_s: float = 60.0) -> None:
+        """Wait until the last snapshot is committed and every tier due for it is written."""
+        deadline = time.monotonic() + timeout_s
+        if self._copier is not None:
+            self._copier.join(timeout=timeout_s)
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._pending is None and not self._busy:
+                    return
+            time.sleep(0.005)
+
     def mark_healthy(self) -> None:
         """Resume snapshotting after a restore put the state back before the bad step."""
         self.first_bad_step = None
@@ -141,19 +152,21 @@ class CheckpointManager:
         return RestoreSources(job=self.job, rank=self.rank, own_dir=self.own_dir, disk_dir=self.cfg.disk_dir,
                               durable=self.cfg.durable, peer_addr=self.addrs.get(holder) if holder is not None else None)
 
-    def restore(self, *, step: int | None = None, before: int | None = None, agree: bool = True) -> Restored | None:
+    def restore(self, *, step: int | None = None, before: int | None = None, agree: bool = True,
+                tiers: tuple[str, ...] = TIERS) -> Restored | None:
         """Load the newest step below `before` (or exactly `step`) from the best tier holding it.
 
         With `agree` and torch.distributed up, the ranks first agree on the
         newest step every one of them can load, so nobody resumes alone.
         """
-        self.wait_copy()
+        if self._copier is not None:
+            self._copier.join()  # the newest snapshot is committed before we look for it
         src = self.sources()
         if step is None and agree and _dist() is not None:
             step = agree_step(src, before=before)
             if step is None:
                 return None
-        restored = restore_from(src, step=step, before=before)
+        restored = restore_from(src, step=step, before=before, tiers=tiers)
         if restored is None:
             return None
         load_state(self.model, self.optimizer, restored)
@@ -263,7 +276,8 @@ class CheckpointManager:
                     self._busy.discard(job[0])
 
     def _due(self, tier: str, every: int, step: int) -> bool:
-        return every > 0 and step - self._last_done[tier] >= every
+        """Each time the step crosses a multiple of `every` (a skipped multiple is caught up at once)."""
+        return every > 0 and step // every > self._last_done[tier] // every
 
     def _ship(self, slot: int, m: Manifest) -> None:
         assert self._ring is not None
