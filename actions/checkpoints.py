@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import Any
 
+from actions.restore import RestorePlan, TierIndex
 from schemas.records import CheckpointEvent
 
 
@@ -23,6 +25,21 @@ class Checkpoint:
     path: str
     ts: float
     code_version: str = ""
+    tiers: dict[str, Any] | None = None  # per-rank tier choice when the checkpoint manager's copies won
+
+
+def _from_plan(plan: RestorePlan | None) -> Checkpoint | None:
+    if plan is None:
+        return None
+    params = plan.as_params()
+    return Checkpoint(plan.job, plan.step, params["path"], plan.ts, tiers=params["restore_tiers"])
+
+
+def _newer(legacy: Checkpoint | None, tiered: Checkpoint | None) -> Checkpoint | None:
+    """The later step; on a tie the tiered copy (memory beats remote storage)."""
+    if legacy is None or (tiered is not None and tiered.step >= legacy.step):
+        return tiered or legacy
+    return legacy
 
 
 @dataclass
@@ -51,9 +68,13 @@ class CheckpointRegistry:
 
     def __init__(self) -> None:
         self._jobs: dict[str, _JobCheckpoints] = {}
+        self.tiers = TierIndex()
 
     def observe(self, event: CheckpointEvent) -> None:
-        """Apply one announcement."""
+        """Apply one announcement (per-tier copies from the checkpoint manager go to `tiers`)."""
+        if event.tier:
+            self.tiers.observe(event)
+            return
         job = self._jobs.setdefault(event.job, _JobCheckpoints())
         if event.status == "saved":
             self._drop_abandoned(job, event)
@@ -74,15 +95,18 @@ class CheckpointRegistry:
             del job.by_step[step]
             job.steps.remove(step)
 
-    def latest(self, job: str) -> Checkpoint | None:
-        """The newest saved checkpoint of a job."""
+    def latest(self, job: str, *, lost_nodes: set[str] | frozenset[str] = frozenset()) -> Checkpoint | None:
+        """The newest saved checkpoint of a job (tiered copies on `lost_nodes` do not count)."""
         entry = self._jobs.get(job)
-        if entry is None or not entry.steps:
-            return None
-        return entry.by_step[entry.steps[-1]]
+        legacy = entry.by_step[entry.steps[-1]] if entry is not None and entry.steps else None
+        return _newer(legacy, _from_plan(self.tiers.plan(job, lost_nodes=lost_nodes)))
 
     def latest_before(self, job: str, *, step: int | None = None, ts: float | None = None) -> Checkpoint | None:
         """The newest checkpoint strictly before `step` (and saved before `ts`)."""
+        tiered = _from_plan(self.tiers.plan(job, before=step, ts=ts))
+        return _newer(self._legacy_before(job, step=step, ts=ts), tiered)
+
+    def _legacy_before(self, job: str, *, step: int | None, ts: float | None) -> Checkpoint | None:
         entry = self._jobs.get(job)
         if entry is None:
             return None
