@@ -108,12 +108,14 @@ def copy_in(buffer: Any, layout: Layout, tensors: list[Any], *, non_blocking: bo
         view(buffer, spec).copy_(local_tensor(t)[0].detach(), non_blocking=non_blocking)
 
 
-def unflatten(skeleton: bytes, buffer: Any, layout: Layout, template: list[Any] | None = None) -> Any:
+def unflatten(skeleton: bytes, buffer: Any, layout: Layout, template: list[Any] | None = None, *,
+              in_place: bool = False) -> Any:
     """Rebuild the state dict. Tensors are copied out of `buffer` (it will be reused).
 
     A sharded tensor is written into the matching tensor of `template` (the
     live model's state, flattened the same way) so it keeps its mesh and
-    placement; plain tensors are fresh CPU copies.
+    placement; with `in_place` every tensor is; otherwise plain tensors are
+    fresh CPU copies.
     """
 
     def walk(obj: Any) -> Any:
@@ -128,7 +130,7 @@ def unflatten(skeleton: bytes, buffer: Any, layout: Layout, template: list[Any] 
     def _tensor(i: int) -> Any:
         spec = layout.specs[i]
         data = view(buffer, spec)
-        if not spec.sharded:
+        if not spec.sharded and not in_place:
             return data.clone()
         if template is None or i >= len(template):
             raise LayoutError(f"tensor {i} is a shard; restoring it needs the live sharded state as a template")

@@ -76,6 +76,7 @@ class CheckpointManager:
         self.server = BackupServer(self.root, host=self.cfg.host, port=self.cfg.port) if self.cfg.peer else None
         self.peer: PeerChoice | None = None
         self.addrs: dict[int, str] = {}
+        self.node_of: dict[int, str] = {}
         self.reconnect(peer_addrs)
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
             optimizer.register_step_pre_hook(lambda *_: self.wait_copy())
@@ -86,8 +87,9 @@ class CheckpointManager:
         """(Re)learn the peer and every backup server's address: at start and after a process group is
         re-created (a replacement's server is new). A collective when torch.distributed is up."""
         if self.cfg.peer and self.world_size > 1:
+            self.node_of = _nodes(self.node) or {}
             self.peer = choose_peer(self.rank, world_size=self.world_size, tp=self.tp, pp=self.pp,
-                                    node_of=_nodes(self.node))
+                                    node_of=self.node_of)
             self.addrs = _exchange_addresses(self.job, self.rank, self.server.address if self.server else "",
                                              peer_addrs)
 
@@ -291,7 +293,7 @@ class CheckpointManager:
             if reply.get("ok"):
                 self._last_done["peer"] = m.step
                 self.stats["peer_sent"] += 1
-                self._announce(m.step, "peer", f"tcp://{addr}", m.checksum, node=f"rank{self.peer.peer}")
+                self._announce(m.step, "peer", f"tcp://{addr}", m.checksum, node=self.node_of.get(self.peer.peer, f"rank{self.peer.peer}"))
             else:
                 self.stats["peer_failed"] += 1
                 log.warning("peer backup of step %s to rank %s failed: %s", m.step, self.peer.peer, reply.get("error"))

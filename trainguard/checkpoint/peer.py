@@ -101,7 +101,7 @@ class BackupServer:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                outer._handle(self.rfile, self.wfile)
+                outer._handle(self.rfile, self.wfile, self.connection)
 
         self._server = socketserver.ThreadingTCPServer((host, port), Handler, bind_and_activate=True)
         self._server.daemon_threads = True
@@ -116,7 +116,7 @@ class BackupServer:
     def _dir(self, job: str, rank: int) -> Path:
         return self.root / f"peer-{job}-{rank}"
 
-    def _handle(self, rfile: Any, wfile: Any) -> None:
+    def _handle(self, rfile: Any, wfile: Any, conn: socket.socket) -> None:
         try:
             header = json.loads(rfile.readline())
             op = header.get("op")
@@ -124,7 +124,7 @@ class BackupServer:
             if op == "put":
                 reply = self._put(Manifest(**header["manifest"]), rfile)
             elif op == "get":
-                self._get(header, wfile)
+                self._get(header, wfile, conn)
                 return
             elif op == "list":
                 held = read_slot_manifests(self._dir(str(header["job"]), int(header["rank"])))
@@ -164,7 +164,7 @@ class BackupServer:
         ring.commit(slot, m)
         return {"ok": True, "slot": slot}
 
-    def _get(self, header: dict[str, Any], wfile: Any) -> None:
+    def _get(self, header: dict[str, Any], wfile: Any, conn: socket.socket) -> None:
         """Send the newest held copy matching the request; the client verifies it."""
         want_step, before = header.get("step"), header.get("before")
         held = read_slot_manifests(self._dir(str(header["job"]), int(header["rank"])))
@@ -174,10 +174,10 @@ class BackupServer:
             wfile.write(json.dumps({"ok": False, "error": "no such backup"}).encode() + b"\n")
             return
         m, path = max(held, key=lambda mp: mp[0].step)
-        with open(path, "rb") as f:
-            payload = f.read(m.nbytes)
         wfile.write(json.dumps({"ok": True, "manifest": m.__dict__}).encode() + b"\n")
-        wfile.write(payload)
+        wfile.flush()
+        with open(path, "rb") as f:
+            conn.sendfile(f, 0, m.nbytes)  # zero-copy from the RAM-backed slot to the socket
 
 
 # ---------------------------------------------------------------- client

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainguard.checkpoint.layout import flatten, unflatten
+from trainguard.checkpoint.layout import flatten, plan_layout, unflatten
 from trainguard.checkpoint.peer import fetch_backup, list_backups
 from trainguard.checkpoint.state import get_state, set_state
 from trainguard.checkpoint.store import Manifest, list_steps, load_verified, read_files, read_slot_manifests
@@ -42,7 +42,7 @@ class Restored:
     location: str
     checksum: str
     manifest: Manifest
-    payload: bytearray
+    payload: Any  # uint8 tensor over the verified bytes
     rejected: list[tuple[str, int, str]] = field(default_factory=list)
 
 
@@ -110,9 +110,6 @@ def restore_from(src: RestoreSources, *, step: int | None = None, before: int | 
                 continue
             if best is not None and m.step <= best.step:
                 break
-            if isinstance(payload, Path):
-                with open(payload, "rb") as f:
-                    payload = f.read(m.nbytes)
             data = load_verified(m, payload)
             if data is None:
                 rejected.append((tier, m.step, "checksum mismatch or truncated"))
@@ -127,10 +124,15 @@ def restore_from(src: RestoreSources, *, step: int | None = None, before: int | 
 
 
 def load_state(model: Any, optimizer: Any, restored: Restored) -> None:
-    """Put a verified copy into the live model and optimizer (in place for sharded tensors)."""
-    import torch
+    """Put a verified copy into the live model and optimizer.
 
+    When the live state has the snapshot's exact layout (an in-process
+    restart) every tensor is copied straight into place, with no
+    intermediate copies; otherwise (a fresh process, whose optimizer has no
+    state yet) plain tensors are rebuilt and loaded, shards always in place.
+    """
     _, template = flatten(get_state(model, optimizer))
-    buffer = torch.frombuffer(restored.payload, dtype=torch.uint8)
-    state = unflatten(restored.manifest.skeleton_bytes(), buffer, restored.manifest.layout_obj(), template)
+    layout = restored.manifest.layout_obj()
+    in_place = plan_layout(template).signature() == layout.signature()
+    state = unflatten(restored.manifest.skeleton_bytes(), restored.payload, layout, template, in_place=in_place)
     set_state(model, optimizer, state)

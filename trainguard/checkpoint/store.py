@@ -118,12 +118,29 @@ def read_slot_manifests(directory: Path) -> list[tuple[Manifest, Path]]:
     return out
 
 
-def load_verified(manifest: Manifest, payload: bytes | bytearray | memoryview) -> bytearray | None:
-    """The payload as a private buffer if its checksum matches, else None (corrupt or partial)."""
-    if len(payload) < manifest.nbytes:
+def open_payload(payload: Path | bytes | bytearray, nbytes: int) -> Any | None:
+    """A uint8 tensor over a copy's bytes without copying them (a private map of a file); None if truncated."""
+    import torch
+
+    if isinstance(payload, Path):
+        try:
+            if payload.stat().st_size < nbytes:
+                return None
+        except OSError:
+            return None
+        return torch.from_file(str(payload), shared=False, size=nbytes, dtype=torch.uint8)
+    if len(payload) < nbytes:
         return None
-    data = bytearray(payload[:manifest.nbytes])
-    return data if checksum(data, manifest.nbytes) == manifest.checksum else None
+    data = payload if isinstance(payload, bytearray) else bytearray(payload)
+    return torch.frombuffer(data, dtype=torch.uint8, count=nbytes) if nbytes else torch.empty(0, dtype=torch.uint8)
+
+
+def load_verified(manifest: Manifest, payload: Path | bytes | bytearray) -> Any | None:
+    """The payload as a uint8 tensor if its checksum matches, else None (corrupt or partial)."""
+    data = open_payload(payload, manifest.nbytes)
+    if data is None or checksum(data, manifest.nbytes) != manifest.checksum:
+        return None
+    return data
 
 
 # ---------------------------------------------------------------- files
@@ -172,8 +189,10 @@ def write_files(root: str, manifest: Manifest, payload: Any, *, keep: int = 0) -
 
 
 def read_files(root: str, job: str, rank: int, step: int | None = None,
-               before: int | None = None) -> list[tuple[Manifest, bytes]]:
-    """Snapshots of `rank` newest first (all, one `step`, or those before `before`), unverified."""
+               before: int | None = None) -> list[tuple[Manifest, Path | bytes]]:
+    """Snapshots of `rank` newest first (all, one `step`, or those before `before`), unverified.
+
+    A local file's payload is returned as its path (mapped later, only if used)."""
     out = []
     for s in reversed(list_steps(root, job)):
         if (step is not None and s != step) or (before is not None and s >= before):
@@ -182,7 +201,7 @@ def read_files(root: str, job: str, rank: int, step: int | None = None,
         name = f"{path}/rank-{rank:05d}"
         try:
             if fs is None:
-                out.append((Manifest.decode(Path(f"{name}.json").read_bytes()), Path(f"{name}.bin").read_bytes()))
+                out.append((Manifest.decode(Path(f"{name}.json").read_bytes()), Path(f"{name}.bin")))
             else:
                 out.append((Manifest.decode(fs.cat_file(f"{name}.json")), fs.cat_file(f"{name}.bin")))
         except (OSError, ValueError, TypeError, FileNotFoundError):
