@@ -110,6 +110,7 @@ def summarise(reports: list[dict[str, Any]], restarts: dict[str, Any], args: arg
         },
         "recompute_s": {"every_step": step_s / 2, f"file_every_{ckpt_every}": ckpt_every * step_s / 2},
         "restored_tiers": {"in_process": r0["inprocess"]["tier"], "process_from_memory": restarts["memory"]["tier"]},
+        "in_process_reinit_and_restore_s": r0["inprocess"]["reinit_and_restore_s"],
         "gpu": "not measured: no GPU machine was lent (pinned memory and side-stream copies untested)",
     }
 
