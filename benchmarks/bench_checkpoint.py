@@ -97,10 +97,12 @@ def summarise(reports: list[dict[str, Any]], restarts: dict[str, Any], args: arg
     overhead = {mode: max(r["overhead"][mode]["median_s"] / r["overhead"]["base"]["median_s"] - 1 for r in reports)
                 for mode in ("memory", "memory+peer")}
     cpu = {mode: max(r["overhead"][mode]["cpu_per_step_s"] for r in reports) for mode in r0["overhead"]}
+    blocked = {mode: max(r["overhead"][mode]["blocked_per_step_s"] for r in reports) for mode in r0["overhead"]}
     ckpt_every = args.file_ckpt_every
     return {
         "load": os.getloadavg(), "cores": os.cpu_count(), "state_mb_per_rank": r0["state_bytes"] / 1e6,
         "step_s": step_s, "overhead_ratio": overhead, "cpu_per_step_s": cpu,
+        "blocked_ratio": {m: blocked[m] / step_s for m in ("memory", "memory+peer")},
         "skipped": [r["stats"] for r in reports],
         "backup_MBps": r0["backup_MBps"], "restore_s": r0["restore_s"], "blocking_save_s": r0["blocking_save_s"],
         "restart_s": {
@@ -121,7 +123,8 @@ def print_report(rep: dict[str, Any]) -> None:
     print(f"uninstrumented step (baseline): {rep['step_s'] * 1e3:.0f} ms")
     for mode, ratio in rep["overhead_ratio"].items():
         print(f"  every-step checkpoint, {mode:<12} overhead {ratio * 100:+.1f}% of step time "
-              f"(CPU/step {rep['cpu_per_step_s'][mode]:.3f} s vs {rep['cpu_per_step_s']['base']:.3f} s)")
+              f"(CPU/step {rep['cpu_per_step_s'][mode]:.3f} s vs {rep['cpu_per_step_s']['base']:.3f} s; "
+              f"training thread blocked {rep['blocked_ratio'][mode] * 100:.2f}% of the step)")
     print(f"peer backup bandwidth: {rep['backup_MBps']:.0f} MB/s")
     print("restore time per tier: " + ", ".join(f"{t} {s:.2f} s" for t, s in rep["restore_s"].items()))
     print(f"today's blocking torch.save: {rep['blocking_save_s']:.2f} s")

@@ -108,10 +108,12 @@ def _overhead(a: argparse.Namespace, ddp: nn.Module, opt: torch.optim.Optimizer,
     mgr.flush()
     times: dict[str, list[float]] = {"base": [], "memory": [], "memory+peer": []}
     cpu: dict[str, float] = dict.fromkeys(times, 0.0)
+    blocked: dict[str, float] = dict.fromkeys(times, 0.0)
     for _ in range(a.rounds):
         for mode in times:
             mgr.cfg.peer_every = 1 if mode == "memory+peer" else 10**9
             dist.barrier()
+            blocked0 = mgr.stats["blocked_s"]
             for _ in range(a.block):
                 step += 1
                 c0, t0 = time.process_time(), time.perf_counter()
@@ -120,12 +122,14 @@ def _overhead(a: argparse.Namespace, ddp: nn.Module, opt: torch.optim.Optimizer,
                     mgr.step(step, loss=loss, grad_norm=norm)
                 times[mode].append(time.perf_counter() - t0)
                 cpu[mode] += time.process_time() - c0
+            blocked[mode] += mgr.stats["blocked_s"] - blocked0
             c0 = time.process_time()
             mgr.flush()  # background work of this block is charged to it, not to the next
             cpu[mode] += time.process_time() - c0
     state_bytes = sum(s.nbytes for s in mgr._layout.specs) if mgr._layout else 0
     out["overhead"] = {m: {"median_s": statistics.median(v), "mean_s": statistics.fmean(v), "steps": len(v),
-                           "cpu_per_step_s": cpu[m] / len(v)} for m, v in times.items()}
+                           "cpu_per_step_s": cpu[m] / len(v), "blocked_per_step_s": blocked[m] / len(v)}
+                       for m, v in times.items()}
     out["state_bytes"] = state_bytes
     out["stats"] = dict(mgr.stats)
     return step

@@ -72,14 +72,15 @@ class CheckpointManager:
         self._closed = False
         self._last_done = {"peer": 0, "disk": 0, "durable": 0}
         self.first_bad_step: int | None = None
-        self.stats = {"snapshots": 0, "skipped_busy": 0, "peer_sent": 0, "peer_skipped": 0, "peer_failed": 0}
+        self.stats: dict[str, float] = {"snapshots": 0, "skipped_busy": 0, "peer_sent": 0, "peer_failed": 0,
+                                        "blocked_s": 0.0}  # blocked_s: time the training thread waited on us
         self.server = BackupServer(self.root, host=self.cfg.host, port=self.cfg.port) if self.cfg.peer else None
         self.peer: PeerChoice | None = None
         self.addrs: dict[int, str] = {}
         self.node_of: dict[int, str] = {}
         self.reconnect(peer_addrs)
         if optimizer is not None and hasattr(optimizer, "register_step_pre_hook"):
-            optimizer.register_step_pre_hook(lambda *_: self.wait_copy())
+            optimizer.register_step_pre_hook(lambda *_: self._wait_before_update())
         self._shipper = threading.Thread(target=self._ship_loop, name="trainguard-ckpt-ship", daemon=True)
         self._shipper.start()
 
@@ -103,6 +104,13 @@ class CheckpointManager:
             return False
         if self.first_bad_step is not None or step % self.cfg.every:
             return False
+        t0 = time.perf_counter()
+        try:
+            return self._snapshot(step)
+        finally:
+            self.stats["blocked_s"] += time.perf_counter() - t0
+
+    def _snapshot(self, step: int) -> bool:
         self.wait_copy()
         skeleton, tensors = flatten(get_state(self.model, self.optimizer))
         layout = self._prepare(tensors)
@@ -127,6 +135,11 @@ class CheckpointManager:
                                         name="trainguard-ckpt-copy", daemon=True)
         self._copier.start()
         return True
+
+    def _wait_before_update(self) -> None:
+        t0 = time.perf_counter()
+        self._copied.wait()
+        self.stats["blocked_s"] += time.perf_counter() - t0
 
     def wait_copy(self) -> None:
         """Block until the in-flight device->host copy is done (called before the optimizer mutates)."""

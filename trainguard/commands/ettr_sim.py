@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--restart-floor-s", type=float, default=0.0,
                    help="with --costs: seconds added to each measured restart for the job-wide rendezvous "
                    "and collective init a small benchmark does not pay (default 0)")
+    p.add_argument("--checkpoint-overhead", type=float, metavar="FRACTION",
+                   help="with --costs: per-step checkpoint overhead to assume instead of the measured one "
+                   "(e.g. 0.009, ByteRobust's figure, where the benchmark machine's CPUs were oversubscribed)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the full result as JSON")
     p.set_defaults(handler=run)
@@ -60,7 +63,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             costs = with_measured_latencies(costs, args.latencies)
         params = replace(params, trainguard=costs)
         if args.costs is not None:
-            params = with_measured_recovery(params, args.costs, restart_floor_s=args.restart_floor_s)
+            params = with_measured_recovery(params, args.costs, restart_floor_s=args.restart_floor_s,
+                                            overhead=args.checkpoint_overhead)
         params = params.validate()
         history = TraceHistory.from_events(load_trace(args.trace), servers=params.trace_servers)
         result = simulate(history, params, seed=args.seed)

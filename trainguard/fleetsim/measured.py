@@ -22,7 +22,8 @@ from typing import Any
 from trainguard.fleetsim.params import ParamError, SimParams
 
 
-def with_measured_recovery(params: SimParams, report: Path | str, *, restart_floor_s: float = 0.0) -> SimParams:
+def with_measured_recovery(params: SimParams, report: Path | str, *, restart_floor_s: float = 0.0,
+                           overhead: float | None = None) -> SimParams:
     """`params` with trainguard's checkpoint and restart costs taken from a checkpoint benchmark report."""
     path = Path(report)
     if not path.is_file():
@@ -32,11 +33,13 @@ def with_measured_recovery(params: SimParams, report: Path | str, *, restart_flo
         restart = data["restart_s"]
         in_process = float(restart["in_process"])
         from_memory = float(restart["process_from_memory"])
-        overhead = max(0.0, float(data["overhead_ratio"]["memory+peer"]))
+        measured = max(0.0, float(data["overhead_ratio"]["memory+peer"]))
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise ParamError(f"--costs: {path} is not a bench_checkpoint report (needs restart_s and "
                          f"overhead_ratio): {exc}") from None
     costs = replace(params.trainguard, checkpoint_interval_s=params.job.step_time_s,
                     inprocess_restart_s=in_process + restart_floor_s, restart_s=from_memory + restart_floor_s,
-                    checkpoint_overhead=overhead)
+                    checkpoint_overhead=measured if overhead is None else overhead)
+    if costs.checkpoint_overhead < 0:
+        raise ParamError(f"--checkpoint-overhead: must be >= 0 (got {costs.checkpoint_overhead})")
     return replace(params, trainguard=costs)
