@@ -12,6 +12,7 @@ import bisect
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from actions.restore import RestorePlan, TierIndex
 from detectors.common import Bounded
 from schemas.records import CheckpointEvent
 
@@ -25,6 +26,21 @@ class Checkpoint:
     path: str
     ts: float
     code_version: str = ""
+    tiers: dict[str, Any] | None = None  # per-rank tier choice when the checkpoint manager's copies won
+
+
+def _from_plan(plan: RestorePlan | None) -> Checkpoint | None:
+    if plan is None:
+        return None
+    params = plan.as_params()
+    return Checkpoint(plan.job, plan.step, params["path"], plan.ts, tiers=params["restore_tiers"])
+
+
+def _newer(legacy: Checkpoint | None, tiered: Checkpoint | None) -> Checkpoint | None:
+    """The later step; on a tie the tiered copy (memory beats remote storage)."""
+    if legacy is None or (tiered is not None and tiered.step >= legacy.step):
+        return tiered or legacy
+    return legacy
 
 
 @dataclass
@@ -58,6 +74,7 @@ class CheckpointRegistry:
         self._jobs: Bounded[str, _JobCheckpoints] = Bounded(max_jobs)
         self.max_per_job = max_per_job
         self.trimmed = 0  # old checkpoints forgotten past `max_per_job`
+        self.tiers = TierIndex(keep_steps=max_per_job)
 
     @property
     def evicted(self) -> int:
@@ -65,7 +82,10 @@ class CheckpointRegistry:
         return self._jobs.evicted + self.trimmed
 
     def observe(self, event: CheckpointEvent) -> None:
-        """Apply one announcement."""
+        """Apply one announcement (per-tier copies from the checkpoint manager go to `tiers`)."""
+        if event.tier:
+            self.tiers.observe(event)
+            return
         job = self._jobs.get(event.job)
         if job is None:
             job = self._jobs[event.job] = _JobCheckpoints()
@@ -92,10 +112,10 @@ class CheckpointRegistry:
             job.steps.remove(step)
 
     def snapshot(self, job: str) -> dict[str, Any]:
-        """One job's saved checkpoints as plain data, for the journal."""
+        """One job's saved checkpoints (and tiered copies) as plain data, for the journal."""
         entry = self._jobs.get(job)
         rows = [] if entry is None else [asdict(entry.by_step[s]) for s in entry.steps]
-        return {"checkpoints": rows}
+        return {"checkpoints": rows, "tiers": self.tiers.snapshot(job)}
 
     def restore(self, job: str, state: dict[str, Any]) -> None:
         """Inverse of `snapshot` (a restarted consumer knows every checkpoint the old one knew)."""
@@ -104,16 +124,20 @@ class CheckpointRegistry:
             ckpt = Checkpoint(**row)
             entry.by_step[ckpt.step] = ckpt
         entry.steps = sorted(entry.by_step)
+        self.tiers.restore(job, state.get("tiers", {}))
 
-    def latest(self, job: str) -> Checkpoint | None:
-        """The newest saved checkpoint of a job."""
+    def latest(self, job: str, *, lost_nodes: set[str] | frozenset[str] = frozenset()) -> Checkpoint | None:
+        """The newest saved checkpoint of a job (tiered copies on `lost_nodes` do not count)."""
         entry = self._jobs.get(job)
-        if entry is None or not entry.steps:
-            return None
-        return entry.by_step[entry.steps[-1]]
+        legacy = entry.by_step[entry.steps[-1]] if entry is not None and entry.steps else None
+        return _newer(legacy, _from_plan(self.tiers.plan(job, lost_nodes=lost_nodes)))
 
     def latest_before(self, job: str, *, step: int | None = None, ts: float | None = None) -> Checkpoint | None:
         """The newest checkpoint strictly before `step` (and saved before `ts`)."""
+        tiered = _from_plan(self.tiers.plan(job, before=step, ts=ts))
+        return _newer(self._legacy_before(job, step=step, ts=ts), tiered)
+
+    def _legacy_before(self, job: str, *, step: int | None, ts: float | None) -> Checkpoint | None:
         entry = self._jobs.get(job)
         if entry is None:
             return None

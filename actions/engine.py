@@ -283,7 +283,7 @@ class DecisionEngine:
             cond["only_if_failed"] = only_if_failed
         if nodes_from is not None:
             cond["nodes_from"] = nodes_from
-        ckpt = ckpt or self.checkpoints.latest(inc.job)
+        ckpt = ckpt or self.checkpoints.latest(inc.job, lost_nodes=set(nodes))
         # The restart does not depend on the diagnosis: a stopped or hung job must train again even
         # when the self-check named no machine (then nothing is evicted and all nodes restart).
         restart_cond = {k: v for k, v in cond.items() if k != "nodes_from"}
@@ -315,6 +315,8 @@ class DecisionEngine:
 
 def _ckpt_params(ckpt: Checkpoint | None, *, before: int | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"step": ckpt.step if ckpt else None, "path": ckpt.path if ckpt else None}
+    if ckpt is not None and ckpt.tiers:
+        out["restore_tiers"] = ckpt.tiers  # which tier each rank restores from (actions/restore.py)
     if before is not None:
         out["before_step"] = before
     return out

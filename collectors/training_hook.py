@@ -170,6 +170,10 @@ class TrainingMonitor:
             self._set_phase("training")
             self._last_t = time.perf_counter()
 
+    def publish(self, record: Record) -> None:
+        """Send any record through the monitor's publisher (the checkpoint manager announces its tiers here)."""
+        self._sink.publish(record)
+
     def checkpoint_saved(self, step: int, path: str | Path, *, status: str = "saved") -> None:
         """Announce a checkpoint so recovery knows where it can restart from."""
         self._sink.publish(CheckpointEvent(ts=self._clock(), job=self.job, step=step, path=str(path),

@@ -210,14 +210,25 @@ class PhaseChange(Record, tag="phase", frozen=True):
 
 
 class CheckpointEvent(Record, tag="checkpoint", frozen=True):
-    """A checkpoint announcement; `status` moves started -> saved (or failed)."""
+    """A checkpoint announcement; `status` moves started -> saved (or failed).
+
+    A job's own checkpoint leaves `tier` empty. trainguard's checkpoint manager
+    announces every copy it completes, one per rank and tier ("memory" = the
+    rank's own CPU memory, "peer" = a backup in another machine's memory,
+    "disk" = local disk, "durable" = the shared store), with its `checksum`,
+    and `restored` when a rank has loaded a step from a tier.
+    """
 
     job: str
     step: int
     path: str
-    status: Literal["started", "saved", "failed", "invalid"] = "saved"
+    status: Literal["started", "saved", "failed", "invalid", "restored"] = "saved"
     rank: int = 0
     code_version: str = ""
+    tier: Literal["", "memory", "peer", "disk", "durable"] = ""
+    checksum: str = ""
+    world_size: int = 0  # ranks whose shards make the step complete (0: unknown)
+    node: str = ""  # the machine holding this copy
 
 
 class LogEvent(Record, tag="log", frozen=True):
