@@ -1,4 +1,4 @@
-"""Fixtures for the action tests: the fake Kubernetes API server (see fake_kube_api.py: a fake at the HTTP boundary)."""
+"""Fixtures for the action tests: the fake Kubernetes API server (see tests/fake_kube_api.py: a fake at the HTTP boundary)."""
 
 from __future__ import annotations
 

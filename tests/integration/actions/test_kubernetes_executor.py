@@ -1,7 +1,7 @@
 """Kubernetes executor through the official `kubernetes` client, against a FAKE API server.
 
 No Kubernetes API server can run here, so the client talks HTTP to the fake
-in fake_kube_api.py. What is real: the client library, its serialisation,
+in tests/fake_kube_api.py. What is real: the client library, its serialisation,
 the HTTP exchange and our executor. The fake validates every request body
 against the API schema (wire field names and types, from the client's own
 models), so a snake_case field like `time_added` fails these tests.

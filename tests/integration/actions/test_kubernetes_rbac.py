@@ -1,6 +1,7 @@
 """The chart's RBAC grants exactly what the Kubernetes executor uses, and no more.
 
-The chart is rendered by the real helm (`make tools`); the executor runs
+The chart is rendered by the real helm (`make tools`); the executor and the
+Lease elector (streams/leader.py) run
 through the real client against the FAKE API server (fake_kube_api.py).
 Each recorded request is authorised the way the API server's RBAC
 authoriser does (ClusterRoleBindings anywhere, RoleBindings in their
@@ -17,8 +18,11 @@ from typing import Any
 import pytest
 from helmchart import render
 
+from kubernetes import client
+
 from actions.executors.kubernetes import KubernetesExecutor
 from schemas.records import ActionCommand
+from streams.leader import LeaseElector
 
 VERBS = {"GET": "get", "PATCH": "patch", "POST": "create", "PUT": "update"}
 
@@ -70,8 +74,6 @@ def command(action: str) -> ActionCommand:
 @pytest.mark.parametrize("namespaces", [[], ["team-a"]], ids=["cluster-wide", "namespaced"])
 def test_chart_rbac_allows_every_request_and_grants_nothing_unused(namespaces: list[str], tmp_path: Path,
                                                                    fake_kube: Any, kube_pod: Any) -> None:
-    from fake_kube_api import FakeKube  # noqa: F401 - the fixture's class, for the reader
-
     values = {"kafka": {"bootstrap": "k:9092"}, "act": {"trainingNamespaces": namespaces, "nodeNames": ["gpu-1"]}}
     docs = render(values, tmp=tmp_path)
     rules = bound_rules(docs, "tg-trainguard-act")
@@ -81,13 +83,15 @@ def test_chart_rbac_allows_every_request_and_grants_nothing_unused(namespaces: l
                                         namespaces=namespaces, event_namespace="trainguard")
         assert ex.execute(command("evict_node"), targets=["gpu-1"]).status == "ok"
         assert ex.execute(command("uncordon_node"), targets=["gpu-1"]).status == "ok"
+        lease = client.CoordinationV1Api(client.ApiClient(client.Configuration(host=kube.url)))
+        elector = LeaseElector(lease, name="trainguard-act", namespace="trainguard", identity="act-0")
+        assert elector.try_acquire_or_renew() and elector.try_acquire_or_renew()  # create, then get + update
     used: set[int] = set()
     for verb, path, *_ in kube.requests:
         hits = allowed(rules, attributes(verb, path))
         assert hits, f"RBAC denies {verb} {path}"
         used.update(hits)
-    unused = [rules[i][1] for i in range(len(rules)) if i not in used
-              and "leases" not in rules[i][1]["resources"]]  # leases: streams/leader.py, tested with it
+    unused = [rules[i][1] for i in range(len(rules)) if i not in used]
     assert unused == [], f"granted but never used: {unused}"
     cluster_wide = {(r["resources"][0], v) for ns, r in rules if ns is None for v in r["verbs"]}
     if namespaces:
