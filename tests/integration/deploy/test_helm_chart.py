@@ -27,6 +27,7 @@ FULL = {
     "collectors": {"profile": "restricted"},
     "act": {"replicas": 2, "dryRun": False, "trainingNamespaces": ["team-a", "team-b"], "nodeNames": ["gpu-1"]},
     "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+    "alerts": {"enabled": True, "alertmanagerURL": "http://am:9093/api/v2/alerts", "slackURL": "https://hooks/x"},
 }
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 
@@ -56,7 +57,7 @@ def test_chart_validates_against_kubernetes_schemas(values: dict[str, Any], tmp_
             "Role", "NetworkPolicy"} <= set(found)
     if values is FULL:
         assert CRD_KINDS <= set(found)
-        assert len(found["Secret"]) == 3
+        assert len(found["Secret"]) == 4
 
 
 def test_a_wrong_field_would_fail_validation() -> None:
@@ -102,7 +103,8 @@ def test_every_container_command_parses_and_the_config_loads(values: dict[str, A
             for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
                 if probe in c:
                     assert c[probe]["httpGet"]["port"] in ports, (name, probe)
-            assert "livenessProbe" in c and "readinessProbe" in c, name
+            if not name.endswith("-alerts"):  # the alert poster serves no HTTP
+                assert "livenessProbe" in c and "readinessProbe" in c, name
 
 
 def is_restricted(spec: dict[str, Any]) -> list[str]:
@@ -134,6 +136,7 @@ def test_pod_security_profiles(tmp_path: Path) -> None:
     assert is_restricted(default["tg-trainguard-worker"]) == []
     assert is_restricted(default["tg-trainguard-act"]) == []
     assert is_restricted(restricted["tg-trainguard-collectors"]) == []
+    assert is_restricted(restricted["tg-trainguard-alerts"]) == []
     # baseline: exactly the documented exceptions, and each is commented in the template
     assert sorted(set(is_restricted(default["tg-trainguard-collectors"]))) == ["capabilities", "hostPath volume",
                                                                                "runs as root"]
@@ -145,9 +148,11 @@ def test_pod_security_profiles(tmp_path: Path) -> None:
 
 
 def test_network_policy_limits_each_component(tmp_path: Path) -> None:
-    docs = render(BASE, tmp=tmp_path)
+    docs = render(FULL, tmp=tmp_path)
     policies = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
-    assert set(policies) == {"tg-trainguard-worker", "tg-trainguard-act", "tg-trainguard-collectors"}
+    assert set(policies) == {"tg-trainguard-worker", "tg-trainguard-act", "tg-trainguard-collectors",
+                             "tg-trainguard-alerts"}
+    assert policies.pop("tg-trainguard-alerts")["ingress"] == []
     for name, spec in policies.items():
         assert spec["policyTypes"] == ["Ingress", "Egress"]
         ingress_ports = {p["port"] for rule in spec["ingress"] for p in rule["ports"]}
@@ -170,6 +175,14 @@ def test_prometheus_rule_carries_the_alerts(tmp_path: Path) -> None:
             for metric in {w for w in r["expr"].replace("(", " ").replace(")", " ").split() if w.startswith("trainguard_")}:
                 base = metric.split("{")[0].split("[")[0].removesuffix("_total")
                 assert base in metrics_sources, f"{r['alert']}: {base} is not a metric trainguard exports"
+
+
+def test_slack_url_only_in_a_secret(tmp_path: Path) -> None:
+    docs = render(FULL, tmp=tmp_path)
+    deployment = next(d for d in docs if d["metadata"]["name"] == "tg-trainguard-alerts" and d["kind"] == "Deployment")
+    assert "https://hooks/x" not in yaml.safe_dump(deployment)
+    secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "tg-trainguard-slack")
+    assert secret["stringData"] == {"url": "https://hooks/x"}
 
 
 def test_act_is_one_statefulset_with_a_journal_volume_and_lease(tmp_path: Path) -> None:
