@@ -194,3 +194,18 @@ def test_act_is_one_statefulset_with_a_journal_volume_and_lease(tmp_path: Path) 
     assert {"LEASE_NAME", "POD_NAME", "POD_NAMESPACE"} <= env
     args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--dry-run" not in args
+
+
+def test_baseline_collectors_mount_what_the_collectors_read(tmp_path: Path) -> None:
+    ds = next(d for d in render(BASE, tmp=tmp_path) if d["kind"] == "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert paths == {"host-sys": "/sys", "kmsg": "/dev/kmsg", "spool": "/var/lib/trainguard"}
+    container = spec["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["TRAINGUARD_COLLECTORS__RDMA_ROOT"]["value"] == "/host/sys/class/infiniband"
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["host-sys"] == "/host/sys" and mounts["kmsg"] == "/dev/kmsg"
+    assert int(env["TRAINGUARD_METRICS__PORT"]["value"]) == container["ports"][0]["containerPort"]
+    assert spec["automountServiceAccountToken"] is False
