@@ -25,7 +25,7 @@ FULL = {
     "kafka": {"bootstrap": "k:9093", "credentials": {"username": "tg", "password": "s3cret"}},
     "signing": {"privateKey": "-----BEGIN PRIVATE KEY-----x", "publicKeys": {"k1.pub": "-----BEGIN PUBLIC KEY-----y"}},
     "collectors": {"profile": "restricted"},
-    "act": {"replicas": 2, "dryRun": False, "trainingNamespaces": ["team-a", "team-b"], "nodeNames": ["gpu-1"]},
+    "act": {"replicas": 2, "leaderElection": {"enabled": True}, "dryRun": False, "trainingNamespaces": ["team-a", "team-b"], "nodeNames": ["gpu-1"]},
     "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
     "alerts": {"enabled": True, "alertmanagerURL": "http://am:9093/api/v2/alerts", "slackURL": "https://hooks/x"},
 }
@@ -72,6 +72,14 @@ def test_missing_bootstrap_fails_with_one_clear_line() -> None:
     proc = helm("template", "tg", str(CHART), "--kube-version", KUBE_VERSION)
     assert proc.returncode != 0
     assert "kafka.bootstrap is required" in proc.stderr
+
+
+def test_two_act_replicas_without_leader_election_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match="act.replicas > 1 needs act.leaderElection.enabled"):
+        render({**BASE, "act": {"replicas": 2}}, tmp=tmp_path)
+    env = {e["name"] for d in render(BASE, tmp=tmp_path) if d["kind"] == "StatefulSet"
+           for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "LEASE_NAME" not in env  # off: act runs as before, alone
 
 
 def test_lint_passes() -> None:
