@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # Subprocesses that call `trainguard` by name find the venv's console script.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install demo test unit integration broker-start broker-stop bench eval typecheck clean
+.PHONY: install tools demo test unit integration broker-start broker-stop bench eval typecheck clean
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -24,6 +24,12 @@ $(STAMP): pyproject.toml $(PY)
 
 install: $(STAMP)
 
+# Real parts the deploy tests use: helm built from its Go module into .tools/ (once,
+# a few minutes), Slurm and munge from Debian (once). Both scripts are idempotent.
+tools:
+	tools/helm.sh
+	tools/slurm-install.sh
+
 broker-start: install
 	$(TG) broker start
 
@@ -33,7 +39,7 @@ broker-stop:
 demo: install broker-start
 	$(TG) demo
 
-test: install broker-start
+test: install tools broker-start
 	@status=0; $(PY) -m pytest tests || status=$$?; $(TG) broker stop; exit $$status
 
 unit: install

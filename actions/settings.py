@@ -19,6 +19,11 @@ class KubernetesSettings(BaseModel):
     host: str = Field("", description="API server URL override (tests point this at a fake)")
     taint_key: str = "trainguard.io/evicted"
     pod_label_selector: str = Field("", description="only evict pods matching this selector")
+    namespaces: list[str] = Field(default_factory=list, description="evict only pods of these namespaces "
+                                  "(namespaced RBAC); empty means every namespace (a cluster-wide pod list)")
+    event_namespace: str = Field("default", description="where Events about Nodes are recorded")
+    eviction_timeout_s: float = Field(300.0, gt=0, description="how long a drain may wait on PDBs and "
+                                      "terminating pods before the action fails")
 
 
 class SlurmSettings(BaseModel):

@@ -19,6 +19,7 @@ COMMANDS: tuple[str, ...] = (
     "broker",
     "worker",
     "act",
+    "alerts",
     "actions-log",
     "ettr",
     "selfcheck",

@@ -142,9 +142,7 @@ def _cluster_executor(settings: Settings, name: str, local: Any) -> Any:
     if name == "kubernetes":
         from actions.executors.kubernetes import KubernetesExecutor
 
-        k = settings.actions.kubernetes
-        return KubernetesExecutor.connect(kubeconfig=k.kubeconfig, host=k.host, clock=time.time,
-                                          taint_key=k.taint_key, pod_label_selector=k.pod_label_selector)
+        return KubernetesExecutor.from_settings(settings.actions.kubernetes, clock=time.time)
     if name == "slurm":
         from actions.executors.slurm import SlurmExecutor
 
