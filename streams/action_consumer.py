@@ -7,7 +7,10 @@ the pure `DecisionEngine` for a plan and the `PlanRunner` to journal it; the
 incident's offset is committed only once its decision is journaled, then
 the plan runs. A redelivered incident finds its decision in the journal and
 causes no second action; a restarted consumer first resumes the journal's
-unfinished plans.
+unfinished plans. Operator commands from the console (`operator` topic)
+are applied by the pure `actions.operator` and audited under the operator's
+name; the rails' state (breaker, standby pool) is published as a
+`rails_state` audit entry whenever it changes, for the console to show.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 from actions.checkpoints import CheckpointRegistry
 from actions.engine import DecisionEngine
 from actions.ettr import EttrAccount
+from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command
 from actions.runner import PlanRunner
 from schemas.codec import Codec, DecodeError
-from schemas.records import (ActionResult, AuditEntry, CheckpointEvent, Decision, Incident, JobTopology, Record,
-                             TrainingStep)
+from schemas.records import (ActionResult, AuditEntry, CheckpointEvent, Decision, Incident, JobTopology,
+                             OperatorCommand, Record, TrainingStep)
 from schemas.topics import Topics, key_for
 from streams.action_metrics import ActionMetrics
 
@@ -47,7 +51,9 @@ class ActionLoop:
     codec: Codec = field(default_factory=Codec)
     ettr: EttrAccount = field(default_factory=EttrAccount)
     metrics: ActionMetrics = field(default_factory=ActionMetrics)
+    operator_max_age_s: float = DEFAULT_MAX_AGE_S
     _producer: Any = None
+    _rails_shown: Any = None
 
     def publish(self, record: Record) -> None:
         """Send one record to its topic (audit entries key by job or subject)."""
@@ -56,7 +62,7 @@ class ActionLoop:
 
     def run(self, on_decision: OnDecision, *, max_incidents: int | None = None, timeout_s: float | None = None) -> int:
         """Process until `max_incidents` decisions or `timeout_s`; return the count."""
-        consumer = KafkaConsumer(*(self.topics.name(t) for t in (*_FOLLOWED, "action-results", "incidents")),
+        consumer = KafkaConsumer(*(self.topics.name(t) for t in (*_FOLLOWED, "action-results", "operator", "incidents")),
                                  bootstrap_servers=self.servers, group_id=self.group_id,
                                  enable_auto_commit=False, auto_offset_reset="earliest")
         self._producer = KafkaProducer(bootstrap_servers=self.servers, acks="all", linger_ms=5)
@@ -76,6 +82,7 @@ class ActionLoop:
                     self._producer.flush()
                     consumer.commit()
                 self._resume()  # decisions approved by an operator since the last poll
+                self._show_rails()
         finally:
             self._producer.flush()
             self._producer.close()
@@ -125,9 +132,44 @@ class ActionLoop:
                                     actor=record.node or "agent",
                                     detail={"job": record.job, "action": record.action, "status": record.status,
                                             "message": record.message}))
+        elif isinstance(record, OperatorCommand):
+            self._operator(record)
         elif isinstance(record, Incident):
             return self._incident(record, on_decision, consumer, tp, offset)
         return 0
+
+    def _operator(self, command: OperatorCommand) -> None:
+        """Apply a console operator's command to the journaled rails and decision; audit it."""
+        if self.runner is None:
+            self.publish(AuditEntry(ts=time.time(), event=f"operator_{command.verb}", actor=command.operator,
+                                    subject_id=command.subject_id or command.verb,
+                                    detail={"command": command.id, "applied": False, "message": "act runs without "
+                                            "a plan runner (dry run): nothing to apply"}))
+            return
+        runner = self.runner
+        runner._save_state()  # the journal's rails blob now mirrors the live rails exactly
+        decision = runner.journal.get(command.subject_id) if command.verb in ("approve", "reject") else None
+        out = apply_operator_command(command, rails=runner.journal.get_state("rails"), decision=decision,
+                                     now=time.time(), max_age_s=self.operator_max_age_s)
+        if out.applied:
+            runner.journal.put_state("rails", out.rails)
+            runner._load_state()
+            if out.decision is not None and out.decision is not decision:
+                runner.journal.update_decision(out.decision)
+        self.publish(out.audit)
+
+    def _show_rails(self) -> None:
+        """Publish the breaker and standby pool when they changed (the console's view of them)."""
+        if self.runner is None:
+            return
+        rails = self.runner.rails
+        shown = {"breaker": {"tripped": rails.breaker.tripped, "reason": rails.breaker.trip_reason},
+                 "pool": rails.pool.snapshot(), "approval_kinds": list(rails.approval_kinds),
+                 "evicted": {j: sorted(ns) for j, ns in self.runner.evicted.items()}}
+        if shown != self._rails_shown:
+            self._rails_shown = shown
+            self.publish(AuditEntry(ts=time.time(), event="rails_state", subject_id="rails",
+                                    actor="trainguard-act", detail=shown))
 
     def _incident(self, incident: Incident, on_decision: OnDecision, consumer: KafkaConsumer, tp: TopicPartition,
                   offset: int) -> int:

@@ -82,7 +82,8 @@ def build_loop(settings: Settings, topics: Any, *, executor: str, dry_run: bool)
     checkpoints = CheckpointRegistry()
     engine = DecisionEngine(checkpoints, dry_run=dry_run, retry_window_s=cfg.retry_window_s,
                             network_confirmations=cfg.network_confirmations)
-    loop = ActionLoop(settings.broker.servers, topics, engine, checkpoints, group_id=cfg.group_id)
+    loop = ActionLoop(settings.broker.servers, topics, engine, checkpoints, group_id=cfg.group_id,
+                      operator_max_age_s=cfg.operator_max_age_s)
     local = LocalExecutor(bus=KafkaCommandBus(servers=settings.broker.servers, topics=topics),
                           timeout_s=cfg.command_timeout_s, clock=time.time, sign=partial(sign, key=key))
     rails = Rails(CircuitBreaker(max_fraction=cfg.breaker_max_fraction, window_s=cfg.breaker_window_s,
