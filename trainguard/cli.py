@@ -32,6 +32,7 @@ COMMANDS: tuple[str, ...] = (
     "ettr-sim",
     "detectors",
     "demo",
+    "ui",
 )
 
 
