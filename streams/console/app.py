@@ -35,6 +35,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 FEED = web.AppKey("feed", ConsoleFeed)
 AUTH = web.AppKey("auth", Authenticator)
 CFG = web.AppKey("cfg", ConsoleSettings)
+IDENTITY = web.RequestKey("identity", Identity)
 
 
 class AssetsMissing(RuntimeError):
@@ -91,7 +92,7 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _json({"authenticated": False})
     if who is None:
         return _error(401, "authentication required", headers={"WWW-Authenticate": 'Bearer realm="trainguard"'})
-    request["identity"] = who
+    request[IDENTITY] = who
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         if not who.can_act:
             return _error(403, f"{who.name} is a viewer; only operators act")
@@ -147,7 +148,7 @@ async def logout(request: web.Request) -> web.StreamResponse:
 
 async def me(request: web.Request) -> web.StreamResponse:
     """Who you are and your role; sets the CSRF cookie if you have none (ingress users)."""
-    resp = _json(_who(request["identity"]))
+    resp = _json(_who(request[IDENTITY]))
     if not request.cookies.get(CSRF_COOKIE):
         resp.set_cookie(CSRF_COOKIE, secrets.token_urlsafe(24), samesite="Strict",
                         secure=request.app[CFG].secure_cookies, path="/")
@@ -267,7 +268,7 @@ async def _decision_verb(request: web.Request, verb: str) -> web.StreamResponse:
 
 async def _send(request: web.Request, verb: str, subject: str, reason: str, report: dict[str, Any]) -> web.StreamResponse:
     """Audit the request under the operator's name, then publish the command for act."""
-    who: Identity = request["identity"]
+    who: Identity = request[IDENTITY]
     now = time.time()
     command = OperatorCommand(ts=now, id=f"op-{uuid.uuid4().hex[:16]}", verb=verb, operator=who.name,  # type: ignore[arg-type]
                               subject_id=subject, reason=reason, report=report)
