@@ -108,16 +108,25 @@ class EttrAccount:
         """The account of one job so far."""
         entry = self._jobs.get(job) or _Job()
         wall = max(0.0, entry.last - entry.first) if entry.steps or entry.episodes else 0.0
+        labelled = self._labelled(entry)
+        spent = _measure_by_priority(labelled, lo=entry.first, hi=entry.last)
+        unproductive = {name: spent.get(i, 0.0) for i, name in enumerate(CATEGORIES)}
+        productive = max(0.0, wall - sum(unproductive.values()))
+        return EttrReport(job, wall, productive, unproductive, len(entry.episodes))
+
+    def timeline(self, job: str) -> list[tuple[str, float, float]]:
+        """The unproductive intervals (cause, start, end) behind `report`, for a plot; overlaps not merged."""
+        entry = self._jobs.get(job) or _Job()
+        return [(CATEGORIES[label], a, b) for a, b, label in self._labelled(entry) if b > a]
+
+    def _labelled(self, entry: _Job) -> list[tuple[float, float, int]]:
         labelled: list[tuple[float, float, int]] = []
         for ep in entry.episodes:
             localised = ep.localised if ep.localised is not None else ep.detected
             recovered = ep.recovered if ep.recovered is not None else entry.last
             labelled += [(ep.onset, ep.detected, 0), (ep.detected, localised, 1), (localised, recovered, 2)]
         labelled += [(ts - dur, ts, 3) for ts, dur in self._redone(entry)]
-        spent = _measure_by_priority(labelled, lo=entry.first, hi=entry.last)
-        unproductive = {name: spent.get(i, 0.0) for i, name in enumerate(CATEGORIES)}
-        productive = max(0.0, wall - sum(unproductive.values()))
-        return EttrReport(job, wall, productive, unproductive, len(entry.episodes))
+        return labelled
 
     def attempt(self, job: str) -> int:
         """The highest restart generation (`TrainingStep.attempt`) the job has reported."""

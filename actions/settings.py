@@ -53,6 +53,8 @@ class ActionSettings(BaseModel):
     cooldown_s: float = Field(600.0, ge=0, description="min seconds between actions on one node")
     approval_kinds: list[str] = Field(default_factory=list, description="incident kinds that wait for approval")
     standby_nodes: list[str] = Field(default_factory=list, description="pre-checked warm spare nodes")
+    operator_max_age_s: float = Field(300.0, gt=0, description="console operator commands older than this are "
+                                      "refused (a re-read topic must not re-apply old ones)")
     command_timeout_s: float = Field(120.0, gt=0, description="how long to wait for agents' results")
     retry_window_s: float = Field(3600.0, gt=0, description="a second unknown fault within this escalates")
     network_confirmations: int = Field(2, ge=1, description="network anomalies needed before evicting")

@@ -27,6 +27,7 @@ TOPIC_RECORDS: dict[str, tuple[str, ...]] = {
     "actions": ("action_command",),
     "action-results": ("action_result",),
     "audit": ("audit",),
+    "operator": ("operator_command",),
     "dead-letter": ("dead_letter",),
 }
 TOPIC_OF_TAG: dict[str, str] = {tag: topic for topic, tags in TOPIC_RECORDS.items() for tag in tags}

@@ -79,6 +79,7 @@ def create_act_app(settings: Settings, core: ActCore, *, max_incidents: int | No
     incident_topic = app.topic(topics.name("incidents"), value_serializer="raw", key_serializer="raw")
     app.agent(incident_topic, name="trainguard.act.incidents", concurrency=1)(incidents)
     subscribe(app, topics.name("action-results"), core.observe, name="trainguard.act.results")
+    subscribe(app, topics.name("operator"), core.observe, name="trainguard.act.operator")
 
     @app.task
     async def resume_at_start() -> None:
@@ -87,6 +88,7 @@ def create_act_app(settings: Settings, core: ActCore, *, max_incidents: int | No
     @app.timer(1.0)
     async def operator_requests() -> None:
         core.resume()  # approvals, breaker resets, node returns left in the journal by `trainguard actions`
+        core.show_rails()  # the console's view of the breaker and the pool
 
     started = time.monotonic()
 

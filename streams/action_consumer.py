@@ -12,22 +12,30 @@ journals and executes. Three rules keep it durable and fast:
   runs on a thread pool, one plan at a time per job, so one job's slow
   eviction never delays another job's first command.
 * Nothing is re-read: per-job knowledge is kept incrementally.
+
+Operator commands from the console (`operator` topic) are applied by the
+pure `actions.operator` under the runner's lock and audited under the
+operator's name; the rails' state (breaker, standby pool, evicted nodes) is
+published as a `rails_state` audit entry whenever it changes, for the
+console to show.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from actions.engine import DecisionEngine
 from actions.ettr import EttrAccount
 from actions.knowledge import JobKnowledge
+from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command
 from actions.runner import PlanRunner
 from detectors.common import Bounded
-from schemas.records import (ActionResult, AuditEntry, CheckpointEvent, Decision, Incident, JobTopology, Record,
-                             TrainingStep)
+from schemas.records import (ActionResult, AuditEntry, CheckpointEvent, Decision, Incident, JobTopology,
+                             OperatorCommand, Record, TrainingStep)
 from streams.action_metrics import ActionMetrics
 
 log = logging.getLogger(__name__)
@@ -40,7 +48,8 @@ class ActCore:
 
     def __init__(self, *, engine: DecisionEngine, runner: PlanRunner, knowledge: JobKnowledge, publish: Publish,
                  metrics: ActionMetrics | None = None, ettr: EttrAccount | None = None,
-                 on_decision: OnDecision | None = None, plan_workers: int = 4, max_jobs: int = 4096) -> None:
+                 on_decision: OnDecision | None = None, plan_workers: int = 4, max_jobs: int = 4096,
+                 operator_max_age_s: float = DEFAULT_MAX_AGE_S) -> None:
         self.engine = engine
         self.runner = runner
         self.knowledge = knowledge
@@ -53,6 +62,8 @@ class ActCore:
         self._lock = threading.Lock()  # ettr and the bookkeeping below, shared with plan threads
         self._job_locks: Bounded[str, threading.Lock] = Bounded(max_jobs)
         self._running: dict[str, Future[Decision]] = {}  # decision id -> its plan
+        self.operator_max_age_s = operator_max_age_s
+        self._rails_shown: dict[str, object] | None = None
 
     # ------------------------------------------------------------ records
 
@@ -72,6 +83,41 @@ class ActCore:
                                     actor=record.node or "agent",
                                     detail={"job": record.job, "action": record.action, "status": record.status,
                                             "message": record.message}))
+        elif isinstance(record, OperatorCommand):
+            self.operate(record)
+
+    # ------------------------------------------------------------ operators
+
+    def operate(self, command: OperatorCommand) -> None:
+        """Apply a console operator's command to the journaled rails and decision; audit it."""
+        runner = self.runner
+        with runner.lock:
+            runner._save_state()  # the journal's rails blob now mirrors the live rails exactly
+            decision = runner.journal.get(command.subject_id) if command.verb in ("approve", "reject") else None
+            out = apply_operator_command(command, rails=runner.journal.get_state("rails"), decision=decision,
+                                         now=time.time(), max_age_s=self.operator_max_age_s)
+            if out.applied:
+                runner.journal.put_state("rails", out.rails)
+                runner._load_state()
+                if out.decision is not None and out.decision is not decision:
+                    runner.journal.update_decision(out.decision)
+        self.publish(out.audit)
+        if out.applied and command.verb == "approve":
+            self.resume()  # the approved plan runs now, not at the next timer tick
+
+    def show_rails(self) -> None:
+        """Publish the breaker, standby pool and evicted nodes when they changed (the console's view)."""
+        runner = self.runner
+        with runner.lock:
+            rails = runner.rails
+            shown: dict[str, object] = {
+                "breaker": {"tripped": rails.breaker.tripped, "reason": rails.breaker.trip_reason},
+                "pool": rails.pool.snapshot(), "approval_kinds": list(rails.approval_kinds),
+                "evicted": {j: sorted(ns) for j, ns in runner.evicted.items()}}
+        if shown != self._rails_shown:
+            self._rails_shown = shown
+            self.publish(AuditEntry(ts=time.time(), event="rails_state", subject_id="rails",
+                                    actor="trainguard-act", detail=shown))
 
     def decide(self, incident: Incident) -> Decision | None:
         """Decide and journal (with the engine memory it changed); None for a redelivered incident.

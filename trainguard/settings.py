@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from actions.settings import ActionSettings
 from collectors.settings import CollectorSettings
 from detectors.settings import DetectorSettings
+from streams.console.settings import ConsoleSettings
 
 
 class BrokerSettings(BaseModel):
@@ -89,6 +90,7 @@ class Settings(BaseSettings):
     actions: ActionSettings = Field(default_factory=ActionSettings)
     collectors: CollectorSettings = Field(default_factory=CollectorSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
 
     @classmethod
     def settings_customise_sources(

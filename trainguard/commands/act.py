@@ -126,7 +126,8 @@ def build_core(settings: Settings, topics: Any, *, executor: str, dry_run: bool,
                         sink=publish, clock=time.time, topologies=engine.topologies,
                         reported_attempt=ettr.attempt, max_jobs=cfg.max_jobs)
     core = ActCore(engine=engine, runner=runner, knowledge=knowledge, publish=publish, ettr=ettr,
-                   on_decision=on_decision, plan_workers=cfg.plan_workers, max_jobs=cfg.max_jobs)
+                   on_decision=on_decision, plan_workers=cfg.plan_workers, max_jobs=cfg.max_jobs,
+                   operator_max_age_s=cfg.operator_max_age_s)
 
     def close() -> None:
         core.close(wait=True)
