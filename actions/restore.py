@@ -9,8 +9,7 @@ before the fault's first bad step wins (a NaN or SDC poisons everything from
 its onset on); for each rank the fastest usable tier is chosen, and the plan
 records it so the post-mortem can say where every rank restored from.
 
-    >>> from detectors.common import Bounded
-from schemas.records import CheckpointEvent as E
+    >>> from schemas.records import CheckpointEvent as E
     >>> idx = TierIndex()
     >>> for r, node in ((0, "a"), (1, "b")):
     ...     idx.observe(E(ts=1.0, job="j", step=7, path=f"mem://{node}", rank=r, tier="memory", world_size=2, node=node))
@@ -26,6 +25,7 @@ import bisect
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from detectors.common import Bounded
 from schemas.records import CheckpointEvent
 
 PREFERENCE: tuple[str, ...] = ("memory", "disk", "peer", "durable")
