@@ -43,9 +43,9 @@ def fleet(state: ConsoleState, *, suspect_s: float = 900.0) -> dict[str, Any]:
             kind = "suspect"
         else:
             kind = "healthy"
-        job = state.node_job.get(name, "")
-        if name in swaps and not job:
-            job = state.node_job.get(swaps[name], "")
+        job = "" if kind == "standby" else state.node_job.get(name, "")  # a spare's agent idles under a job name
+        if name in swaps:
+            job = state.node_job.get(swaps[name], job)
         nodes.append({"node": name, "state": kind, "job": job, "last_seen": state.node_seen.get(name),
                       "recent_incidents": recent.get(name, 0), "replaces": swaps.get(name, "")})
     counts = {k: sum(1 for n in nodes if n["state"] == k) for k in NODE_STATES}
@@ -69,7 +69,8 @@ def job(state: ConsoleState, name: str) -> dict[str, Any] | None:
     series = state.jobs.get(name)
     if series is None:
         return None
-    cols = list(zip(*series.steps)) if series.steps else [(), (), (), (), ()]
+    points = sorted(series.steps)  # by event time: a restore sends the step back, time goes on
+    cols = list(zip(*points)) if points else [(), (), (), (), ()]
     incidents = [state.incidents[i] for i in series.incidents[-500:] if i in state.incidents]
     return {
         "job": name,
