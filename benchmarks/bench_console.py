@@ -130,7 +130,7 @@ def page_render(url: str, hashes: list[str], repeat: int) -> dict[str, float]:
     try:
         browser.get(url + "/")
         browser.add_cookie({"name": "tg_session", "value": TOKEN, "path": "/"})
-        browser.get(url + "/#fleet")
+        browser.refresh()
         wait = WebDriverWait(browser, 120, poll_frequency=0.05)
         wait.until(lambda b: b.find_element(By.ID, "view").get_attribute("data-rendered"))
         for hash_ in hashes:

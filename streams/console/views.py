@@ -57,7 +57,7 @@ def jobs(state: ConsoleState) -> list[dict[str, Any]]:
     rows = []
     for name, series in sorted(state.jobs.items()):
         last = series.steps[-1] if series.steps else None
-        report = state.ettr.report(name)
+        report = state.ettr_report(name)
         rows.append({"job": name, "nodes": len(series.nodes), "step": last[1] if last else None,
                      "loss": last[2] if last else None, "ettr": round(report.ettr, 4),
                      "incidents": len(series.incidents)})
@@ -77,7 +77,7 @@ def job(state: ConsoleState, name: str) -> dict[str, Any] | None:
         "nodes": sorted(series.nodes),
         "series": {"ts": list(cols[0]), "step": list(cols[1]), "loss": [_finite(v) for v in cols[2]],
                    "step_time_s": list(cols[3]), "mfu": list(cols[4])},
-        "ettr": state.ettr.report(name).as_dict(),
+        "ettr": state.ettr_report(name).as_dict(),
         "timeline": [{"cause": c, "start": a, "end": b} for c, a, b in state.ettr.timeline(name)],
         "incidents": [{"id": i.id, "kind": i.kind, "onset": i.onset, "detected_at": i.detected_at} for i in incidents],
         "checkpoints": [{"step": c.step, "path": c.path, "status": c.status, "ts": c.ts}
