@@ -64,6 +64,7 @@ class ConsoleState:
     rails: dict[str, Any] = field(default_factory=dict)  # act's latest `rails_state`
     ettr: EttrAccount = field(default_factory=EttrAccount)
     now: float = 0.0  # the newest event time seen; "recent" is judged against it, never the wall clock
+    _rails_ts: float = float("-inf")
     _ettr_version: dict[str, int] = field(default_factory=dict)
     _ettr_cache: dict[str, tuple[int, EttrReport]] = field(default_factory=dict)
 
@@ -115,6 +116,9 @@ class ConsoleState:
 
     def _audit(self, entry: AuditEntry) -> list[Event]:
         if entry.event == "rails_state":
+            if entry.ts < self._rails_ts:  # audit entries of several partitions interleave: keep the newest
+                return []
+            self._rails_ts = entry.ts
             self.rails = dict(entry.detail)
             return [{"type": "rails", "data": self.rails}]
         self.audit.setdefault(entry.subject_id, deque(maxlen=self.max_audit)).append(entry)
@@ -123,8 +127,9 @@ class ConsoleState:
             new_status = "planned"
         if entry.event == "operator_reject" and entry.detail.get("applied"):
             new_status = "blocked"
-        if new_status and entry.subject_id in self.decisions:
-            self.status[entry.subject_id] = new_status
+        final = self.status.get(entry.subject_id) in _FINAL_EVENTS.values()
+        if new_status and entry.subject_id in self.decisions and not (final and new_status == "planned"):
+            self.status[entry.subject_id] = new_status  # a late approval (other partition) never undoes an outcome
         return [{"type": "audit", "data": audit_row(entry)}]
 
     def _step(self, step: TrainingStep) -> list[Event]:
