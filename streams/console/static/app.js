@@ -56,7 +56,7 @@ $("#logout").addEventListener("click", async () => { await api("/api/logout", { 
 function connect() {
   const src = new EventSource("/api/events");
   state.source = src;
-  src.onopen = () => { $("#live").className = "live on"; };
+  src.onopen = () => { $("#live").className = "live on"; soon(); };  // (re)connected: catch up on what was missed
   src.onerror = () => { $("#live").className = "live off"; };
   src.addEventListener("incident", (e) => onIncident(JSON.parse(e.data)));
   for (const type of ["decision", "result", "audit", "rails", "resync"]) src.addEventListener(type, (e) => onChange(type, JSON.parse(e.data)));
