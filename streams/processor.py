@@ -151,7 +151,9 @@ class MessageProcessor:
                     accepted.extend(verdict.accept)
                 for pending, reason in verdict.reject:
                     out.append(self._dead_letter(pending.message, reason))
-        if len(fetched) > 1:
+        released = clock.release()
+        if len(fetched) > 1 or released:
+            accepted.extend(released)
             accepted.sort(key=_first)
         pipeline = self.pipeline
         pipeline.time_limit = limit = clock.watermark()
@@ -166,11 +168,14 @@ class MessageProcessor:
 
     def advance_to(self, clock: EventClock[Any]) -> list[OutMessage]:
         """Move time to the clock's watermark when no message came (idle partitions, silence)."""
+        out: list[OutMessage] = []
+        for _, pending in clock.release():  # confirmed by the rest of the input since they were held
+            out.extend(self._outputs(*self.pipeline.process(pending.record)))
         limit = clock.watermark()
         self.pipeline.time_limit = limit
         if limit > self.pipeline.watermark and limit != float("inf"):
-            return self.advance(limit)
-        return []
+            out.extend(self.advance(limit))
+        return out
 
     def _logical_of(self, topic: str) -> str:
         logical = self._logical.get(topic)

@@ -10,13 +10,19 @@ make that so (the same rules Kafka Streams and Flink apply):
   lagging partition is never mistaken for a hang. A partition that is
   caught up and has sent nothing for `idle_after_s` is set aside (else one
   quiet topic would stop time for all).
-* **Guarded.** A record dated more than `max_ahead_s` ahead of its
-  partition's watermark is held, not accepted: a job that resumes after a
-  long pause confirms it with its next records (they are just as new), a
-  forged or mis-clocked record is contradicted by `confirm_within` records
-  that stay in the present, and is then rejected (dead-lettered) without
-  having moved time. A record dated beyond `max_ahead_s` ahead of its
-  broker timestamp is rejected at once.
+* **Guarded.** A record dated more than `max_ahead_s` ahead of what its
+  partition and the rest of the input make plausible is held, not
+  accepted. Plausible means: its partition's watermark plus the broker time
+  that passed since that watermark's record (a checkpoint announced 30
+  minutes after the last one was also sent 30 minutes later), or the newest
+  time any partition has reached (a sparse topic such as checkpoints lags
+  the busy training topic in a fast replay, and is confirmed by it). A job
+  that resumes after a long pause confirms a held record with its next
+  records (they are just as new); the rest of the input confirms it once it
+  catches up (`release`); a forged or mis-clocked record is contradicted by
+  `confirm_within` records that stay in the present, and is then rejected
+  (dead-lettered) without having moved time. A record dated beyond
+  `max_ahead_s` ahead of its broker timestamp is rejected at once.
 * **No time from the wall clock unless it is safe.** When every partition
   is caught up *and* the broker answered every partition's fetches without
   a gap, silence is real: time advances by the wall time elapsed since the
@@ -50,6 +56,7 @@ class PartitionTime(Generic[P]):
     """One partition's watermark and the records held as dated too far ahead."""
 
     watermark: float = NEG_INF
+    broker_ts: float = 0.0  # broker timestamp of the record that set the watermark (0: unknown)
     held: list[_Held[P]] = field(default_factory=list)
     last_record_wall: float = NEG_INF
     caught_up: bool = False  # position >= end offset at the last fetch
@@ -77,12 +84,14 @@ class EventClock(Generic[P]):
         self.parts: dict[Hashable, PartitionTime[P]] = {}
         self._reachable_since: float | None = None
         self._last_answer = NEG_INF
+        self._newest = NEG_INF  # the newest watermark of any partition
 
     # ---------------------------------------------------------- assignment
 
     def assign(self, tp: Hashable, state: PartitionTime[P] | None = None) -> None:
         """Start following a partition (with its restored state, if any)."""
-        self.parts[tp] = state or PartitionTime()
+        self.parts[tp] = part = state or PartitionTime()
+        self._newest = max(self._newest, part.watermark)
 
     def revoke(self, tp: Hashable) -> PartitionTime[P] | None:
         """Stop following a partition; its state is returned (for a snapshot)."""
@@ -99,15 +108,45 @@ class EventClock(Generic[P]):
         if broker_ts > 0 and ts > broker_ts + self.max_ahead_s:
             return Verdict([], [(payload, f"future-dated: event time {ts:.3f} is {ts - broker_ts:.0f}s ahead of "
                                           f"its broker timestamp (bound {self.max_ahead_s:.0f}s)")])
-        if part.watermark != NEG_INF and ts > part.watermark + self.max_ahead_s:
+        if part.watermark != NEG_INF and ts > self._plausible(part, broker_ts) + self.max_ahead_s:
             return self._hold(part, ts, payload)
         accept = [(ts, payload)]
         if ts > part.watermark:
-            part.watermark = ts
+            self._advance(part, ts, broker_ts)
         reject: list[tuple[P, str]] = []
         if part.held:
             self._settle(part, ts, accept, reject)
         return Verdict(accept, reject)
+
+    def _plausible(self, part: PartitionTime[P], broker_ts: float) -> float:
+        """The newest event time a record of `part` may carry without being held (before the bound)."""
+        elapsed = broker_ts - part.broker_ts if broker_ts > 0 and part.broker_ts > 0 else 0.0
+        return max(part.watermark + max(0.0, elapsed), self._newest)
+
+    def _advance(self, part: PartitionTime[P], ts: float, broker_ts: float) -> None:
+        part.watermark, part.broker_ts = ts, broker_ts
+        if ts > self._newest:
+            self._newest = ts
+
+    def release(self) -> list[tuple[float, P]]:
+        """Held records that the rest of the input has since caught up with: accept them now.
+
+        Without this a held record on a sparse partition (checkpoints) would wait
+        for a next record there that may not come for half an hour, holding the
+        whole worker's time back meanwhile.
+        """
+        out: list[tuple[float, P]] = []
+        limit = self._newest + self.max_ahead_s
+        for part in self.parts.values():
+            if not part.held:
+                continue
+            ready = [h for h in part.held if h.ts <= limit]
+            if ready:
+                part.held = [h for h in part.held if h.ts > limit]
+                out += [(h.ts, h.payload) for h in ready]
+                part.watermark = max(part.watermark, max(h.ts for h in ready))
+                self._newest = max(self._newest, part.watermark)
+        return sorted(out, key=lambda p: p[0])
 
     def _hold(self, part: PartitionTime[P], ts: float, payload: P) -> Verdict[P]:
         """A record far ahead: confirmed by another as new, or held."""
@@ -119,6 +158,7 @@ class EventClock(Generic[P]):
         part.held = [h for h in part.held if h not in peers]
         accept = sorted([(h.ts, h.payload) for h in peers] + [(ts, payload)], key=lambda p: p[0])
         part.watermark = max(part.watermark, accept[-1][0])
+        self._newest = max(self._newest, part.watermark)
         reject: list[tuple[P, str]] = []
         if part.held:
             self._settle(part, part.watermark, accept, reject)
@@ -132,6 +172,7 @@ class EventClock(Generic[P]):
             if h.ts <= ts + self.max_ahead_s:
                 accept.append((h.ts, h.payload))
                 part.watermark = max(part.watermark, h.ts)
+                self._newest = max(self._newest, h.ts)
                 continue
             h.contradicted += 1
             if h.contradicted >= self.confirm_within:

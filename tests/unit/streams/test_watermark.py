@@ -76,3 +76,28 @@ def test_silence_advances_time_only_while_caught_up_and_the_broker_answers() -> 
     NOW[0] = 76.0
     c.answered(True)
     assert c.watermark() == 106.0
+
+
+def test_a_sparse_partition_is_not_held_when_its_broker_time_passed_too() -> None:
+    c = clock()
+    c.admit("ckpt", 1000.0, 1000.0, "ckpt1")
+    verdict = c.admit("ckpt", 2800.0, 2800.0, "ckpt2")  # 30 min later, and sent 30 min later
+    assert [p for _, p in verdict.accept] == ["ckpt2"]
+
+
+def test_a_held_record_on_a_sparse_partition_is_released_once_the_rest_of_the_input_reaches_it() -> None:
+    c = clock()
+    c.admit("ckpt", 1000.0, 0, "ckpt1")
+    assert c.admit("ckpt", 1100.0, 0, "ckpt2").accept == []  # a fast replay: no broker time passed
+    assert c.release() == []
+    c.admit("train", 1090.0, 0, "step")  # the busy topic has reached it
+    assert [p for _, p in c.release()] == ["ckpt2"]
+    assert c.parts["ckpt"].watermark == 1100.0 and not c.parts["ckpt"].held
+
+
+def test_a_forged_record_is_not_released_by_the_rest_of_the_input() -> None:
+    c = clock()
+    c.admit("a", 100.0, 0, "ok")
+    c.admit("a", 100.0 + 86400, 0, "forged")
+    c.admit("b", 150.0, 0, "b1")
+    assert c.release() == [] and c.watermark() == 100.0
