@@ -193,7 +193,7 @@ def read_files(root: str, job: str, rank: int, step: int | None = None,
     """Snapshots of `rank` newest first (all, one `step`, or those before `before`), unverified.
 
     A local file's payload is returned as its path (mapped later, only if used)."""
-    out = []
+    out: list[tuple[Manifest, Path | bytes]] = []
     for s in reversed(list_steps(root, job)):
         if (step is not None and s != step) or (before is not None and s >= before):
             continue
