@@ -32,7 +32,7 @@ from trainguard.checkpoint.layout import Layout, checksum, copy_in, flatten, pla
 from trainguard.checkpoint.peer import BackupServer, PeerChoice, choose_peer, send_backup
 from trainguard.checkpoint.restore import TIERS, Restored, RestoreSources, agree_step, load_state, restore_from
 from trainguard.checkpoint.state import get_state, set_state
-from trainguard.checkpoint.store import Manifest, SlotRing, memory_root, write_files
+from trainguard.checkpoint.store import Manifest, SlotRing, drop_rank_after, memory_root, read_slot_manifests, write_files
 
 log = logging.getLogger(__name__)
 
@@ -185,9 +185,24 @@ class CheckpointManager:
         if restored is None:
             return None
         load_state(self.model, self.optimizer, restored)
+        self._drop_after(restored.step)
         self.first_bad_step = None
         self._announce(restored.step, restored.tier, restored.location, restored.checksum, status="restored")
         return restored
+
+    def _drop_after(self, step: int) -> None:
+        """Forget this rank's copies of steps after `step`: training resumes from it, and those
+        steps will be recomputed differently (a NaN rolled back, new code). A later restore must
+        never mix them with the new timeline's copies of the same step numbers."""
+        for m, path in read_slot_manifests(self.own_dir):
+            if m.step > step:
+                path.with_suffix(".json").unlink(missing_ok=True)
+        with self._lock:
+            self._slot_step = {i: s for i, s in self._slot_step.items() if s <= step}
+        for root in (self.cfg.disk_dir, self.cfg.durable):
+            if root:
+                drop_rank_after(root, self.job, self.rank, step)
+        self._last_done = dict.fromkeys(self._last_done, step)
 
     def close(self, *, purge: bool = False) -> None:
         """Stop the threads; `purge` also frees the RAM-backed slots (the job is over)."""
@@ -262,6 +277,10 @@ class CheckpointManager:
                      skeleton=base64.b64encode(skeleton).decode(), world_size=self.world_size)
         ring.commit(slot, m)
         with self._lock:
+            for other, held in list(self._slot_step.items()):
+                if held >= step and other not in self._busy:  # a copy from before a restore: abandoned
+                    ring.invalidate(other)
+                    del self._slot_step[other]
             self._slot_step[slot] = step
             self._busy.discard(slot)
         self.stats["snapshots"] += 1

@@ -218,9 +218,18 @@ def list_steps(root: str, job: str) -> list[int]:
     return sorted(int(n[5:]) for n in names if n.startswith("step-") and n[5:].isdigit())
 
 
+def drop_rank_after(root: str, job: str, rank: int, step: int) -> None:
+    """Remove `rank`'s files of every step after `step` (an abandoned timeline)."""
+    _remove(root, job, rank, [s for s in list_steps(root, job) if s > step])
+
+
 def _prune(root: str, job: str, rank: int, keep: int) -> None:
     """Drop this rank's files of all but the newest `keep` steps (other ranks prune their own)."""
-    for s in list_steps(root, job)[:-keep]:
+    _remove(root, job, rank, list_steps(root, job)[:-keep])
+
+
+def _remove(root: str, job: str, rank: int, steps: list[int]) -> None:
+    for s in steps:
         fs, path = _fs(snapshot_dir(root, job, s))
         for suffix in (".json", ".bin"):
             target = f"{path}/rank-{rank:05d}{suffix}"
