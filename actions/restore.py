@@ -39,6 +39,7 @@ class Copy:
     node: str
     checksum: str
     ts: float
+    code_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class TierIndex:
             bisect.insort(job.steps, event.step)
             job.copies[event.step] = {}
         job.copies[event.step].setdefault(event.rank, {})[event.tier] = Copy(
-            event.tier, event.path, event.node, event.checksum, event.ts)
+            event.tier, event.path, event.node, event.checksum, event.ts, event.code_version)
         while len(job.steps) > self.keep_steps:
             job.copies.pop(job.steps.pop(0), None)
 
@@ -97,6 +98,19 @@ class TierIndex:
             if all(c.ts < event.ts for tiers in job.copies[step].values() for c in tiers.values()):
                 job.copies.pop(step)
         job.steps[cut:] = [s for s in job.steps[cut:] if s in job.copies]
+
+    def latest_with_code(self, job: str, *, exclude: str = "") -> RestorePlan | None:
+        """The newest complete step written by a code version other than `exclude` (a rollback target)."""
+        entry = self._jobs.get(job)
+        if entry is None:
+            return None
+        for step in reversed(entry.steps):
+            codes = {c.code_version for tiers in entry.copies[step].values() for c in tiers.values()}
+            if len(codes) == 1 and "" not in codes and exclude not in codes:
+                plan = self.plan(job, before=step + 1)
+                if plan is not None and plan.step == step:
+                    return plan
+        return None
 
     def plan(self, job: str, *, before: int | None = None, ts: float | None = None,
              lost_nodes: set[str] | frozenset[str] = frozenset()) -> RestorePlan | None:

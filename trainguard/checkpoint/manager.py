@@ -55,6 +55,7 @@ class CheckpointManager:
         self.node = node or os.environ.get("NODE_NAME") or os.uname().nodename
         self.publisher = publisher
         self._clock = clock
+        self.code_version = os.environ.get("TRAINGUARD_CODE_VERSION", "")  # rollbacks look for the last good one
         self.root = memory_root(job, self.cfg.memory_dir)
         self.own_dir = self.root / f"own-{self.rank}"
         self._cuda = torch.cuda.is_available()
@@ -185,12 +186,12 @@ class CheckpointManager:
         if restored is None:
             return None
         load_state(self.model, self.optimizer, restored)
-        self._drop_after(restored.step)
+        self.forget_after(restored.step)
         self.first_bad_step = None
         self._announce(restored.step, restored.tier, restored.location, restored.checksum, status="restored")
         return restored
 
-    def _drop_after(self, step: int) -> None:
+    def forget_after(self, step: int) -> None:
         """Forget this rank's copies of steps after `step`: training resumes from it, and those
         steps will be recomputed differently (a NaN rolled back, new code). A later restore must
         never mix them with the new timeline's copies of the same step numbers."""
@@ -345,7 +346,7 @@ class CheckpointManager:
         self.publisher.publish(CheckpointEvent(
             ts=self._clock(), job=self.job, step=step, path=location, status=status,  # type: ignore[arg-type]
             rank=self.rank, tier=tier, checksum=digest, world_size=self.world_size,  # type: ignore[arg-type]
-            node=node or self.node))
+            node=node or self.node, code_version=self.code_version))
 
 
 def _dist() -> Any:

@@ -209,6 +209,20 @@ def read_files(root: str, job: str, rank: int, step: int | None = None,
     return out
 
 
+def list_rank_steps(root: str, job: str, rank: int) -> list[int]:
+    """Steps for which `rank` has a complete copy (its manifest) under `root`."""
+    out = []
+    for s in list_steps(root, job):
+        fs, path = _fs(snapshot_dir(root, job, s))
+        name = f"{path}/rank-{rank:05d}.json"
+        try:
+            if fs.exists(name) if fs else Path(name).exists():
+                out.append(s)
+        except OSError:
+            continue
+    return out
+
+
 def list_steps(root: str, job: str) -> list[int]:
     fs, path = _fs(f"{root.rstrip('/')}/{job}")
     try:
