@@ -22,9 +22,10 @@ records it so the post-mortem can say where every rank restored from.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from detectors.common import Bounded
 from schemas.records import CheckpointEvent
 
 PREFERENCE: tuple[str, ...] = ("memory", "disk", "peer", "durable")
@@ -68,15 +69,17 @@ class _Job:
 class TierIndex:
     """Per job: which copies of which step exist where. Bounded: the newest `keep_steps` steps."""
 
-    def __init__(self, keep_steps: int = 256) -> None:
+    def __init__(self, keep_steps: int = 256, max_jobs: int = 4096) -> None:
         self.keep_steps = keep_steps
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: Bounded[str, _Job] = Bounded(max_jobs)  # a finished job's copies age out
 
     def observe(self, event: CheckpointEvent) -> None:
         """Apply one tiered announcement (untiered ones are the job's own checkpoints: ignored here)."""
         if not event.tier or event.status not in ("saved", "failed", "invalid"):
             return
-        job = self._jobs.setdefault(event.job, _Job())
+        job = self._jobs.get(event.job)
+        if job is None:
+            job = self._jobs[event.job] = _Job()
         job.world_size = max(job.world_size, event.world_size)
         if event.status != "saved":
             job.copies.get(event.step, {}).get(event.rank, {}).pop(event.tier, None)
@@ -111,6 +114,26 @@ class TierIndex:
                 if plan is not None and plan.step == step:
                     return plan
         return None
+
+    def snapshot(self, job: str) -> dict[str, Any]:
+        """One job's tiered copies as plain data (the action consumer journals it)."""
+        entry = self._jobs.get(job)
+        if entry is None:
+            return {}
+        copies = [[step, rank, asdict(c)] for step in entry.steps
+                  for rank, tiers in entry.copies.get(step, {}).items() for c in tiers.values()]
+        return {"world_size": entry.world_size, "copies": copies}
+
+    def restore(self, job: str, state: dict[str, Any]) -> None:
+        """Inverse of `snapshot`."""
+        if not state:
+            return
+        entry = self._jobs[job] = _Job(world_size=int(state.get("world_size", 0)))
+        for step, rank, row in state.get("copies", []):
+            if step not in entry.copies:
+                bisect.insort(entry.steps, step)
+                entry.copies[step] = {}
+            entry.copies[step].setdefault(int(rank), {})[row["tier"]] = Copy(**row)
 
     def plan(self, job: str, *, before: int | None = None, ts: float | None = None,
              lost_nodes: set[str] | frozenset[str] = frozenset()) -> RestorePlan | None:

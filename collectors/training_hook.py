@@ -249,7 +249,8 @@ class TrainingMonitor:
                          topics=Topics(self.env.get("TRAINGUARD_TOPICS__PREFIX", "tg.")),
                          spool_dir=base / f"hook-{self.job}-{self.where.rank}",
                          linger_s=1.0,  # one produce round trip per second keeps the CPU cost < 1%
-                         client_id=f"trainguard-hook-{self.job}-{self.where.rank}")
+                         client_id=f"trainguard-hook-{self.job}-{self.where.rank}",
+                         sync=self.env.get("TRAINGUARD_COLLECTORS__SPOOL_SYNC", "process"))
 
 
 def monitor(job: str, **kwargs: Any) -> TrainingMonitor:
