@@ -173,23 +173,42 @@ class CheckpointManager:
         """Load the newest step below `before` (or exactly `step`) from the best tier holding it.
 
         With `agree` and torch.distributed up, the ranks first agree on the
-        newest step every one of them can load, so nobody resumes alone.
+        newest step every one of them can load, and then check that every one
+        did: a rank whose copies all fail their checksum sends everyone to the
+        next older common step, so no rank ever resumes from a different step.
         """
         if self._copier is not None:
             self._copier.join()  # the newest snapshot is committed before we look for it
         src = self.sources()
-        if step is None and agree and _dist() is not None:
-            step = agree_step(src, before=before)
-            if step is None:
-                return None
-        restored = restore_from(src, step=step, before=before, tiers=tiers)
+        dist = _dist()
+        if step is None and agree and dist is not None:
+            restored = self._restore_agreed(src, before, tiers, dist)
+        else:
+            restored = restore_from(src, step=step, before=before, tiers=tiers)
         if restored is None:
             return None
+        for tier, bad_step, why in restored.rejected:
+            log.warning("rank %s: skipped the %s copy of step %s: %s", self.rank, tier, bad_step, why)
         load_state(self.model, self.optimizer, restored)
         self.forget_after(restored.step)
         self.first_bad_step = None
         self._announce(restored.step, restored.tier, restored.location, restored.checksum, status="restored")
         return restored
+
+    @staticmethod
+    def _restore_agreed(src: RestoreSources, before: int | None, tiers: tuple[str, ...], dist: Any,
+                        attempts: int = 5) -> Restored | None:
+        for _ in range(attempts):
+            step = agree_step(src, before=before)
+            if step is None:
+                return None
+            got = restore_from(src, step=step, tiers=tiers)
+            ok: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(ok, got is not None)
+            if all(ok):
+                return got
+            before = step  # some rank could not load it: everyone goes one common step further back
+        return None
 
     def forget_after(self, step: int) -> None:
         """Forget this rank's copies of steps after `step`: training resumes from it, and those

@@ -158,6 +158,8 @@ def _resume(model: nn.Module, opt: torch.optim.Optimizer, ckpt: CheckpointManage
     path = os.environ.get("TRAINGUARD_RESUME_PATH")
     if step or path:
         restored = ckpt.restore(before=step + 1 if step else None)  # every rank agrees on one step
+        print(f"rank {ckpt.rank}: asked for step {step}, restored "
+              + (f"step {restored.step} from {restored.tier}" if restored else "nothing"), flush=True)
         if restored is not None:
             return restored.step
     if not path or not Path(path).exists():
