@@ -29,6 +29,9 @@ from detectors.common import Bounded
 from schemas.records import CheckpointEvent
 
 PREFERENCE: tuple[str, ...] = ("memory", "disk", "peer", "durable")
+# Memory and peer copies are announced every step and replaced within a step: a restarted action
+# consumer learns them again at once, so only the lasting tiers are worth journaling.
+JOURNALED: frozenset[str] = frozenset({"disk", "durable"})
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,8 @@ class TierIndex:
         if entry is None:
             return {}
         copies = [[step, rank, asdict(c)] for step in entry.steps
-                  for rank, tiers in entry.copies.get(step, {}).items() for c in tiers.values()]
+                  for rank, tiers in entry.copies.get(step, {}).items() for c in tiers.values()
+                  if c.tier in JOURNALED]
         return {"world_size": entry.world_size, "copies": copies}
 
     def restore(self, job: str, state: dict[str, Any]) -> None:

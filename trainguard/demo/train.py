@@ -74,7 +74,8 @@ def main() -> None:
     ram = _ram(args)  # this "machine's" memory and disk
     ckpt = CheckpointManager(job=args.job, model=model, optimizer=opt, node=node, publisher=monitor, config=CheckpointConfig(
         memory_dir=str(ram / "mem"), memory_slots=3, disk_dir=str(ram / "disk"), disk_every=5, disk_keep=40,
-        durable=str(Path(args.ckpt_dir) / "tiered"), durable_every=args.ckpt_every))
+        durable=str(Path(args.ckpt_dir) / "tiered"), durable_every=args.ckpt_every,
+        durable_keep=1_000_000))  # like the job's own checkpoints: a late restart to an old step finds it
     start = _resume(model, opt, ckpt)
     ckpt.forget_after(start)  # copies of later steps belong to a timeline this run abandons
     monitor.current_step = start

@@ -105,3 +105,15 @@ def test_a_code_rollback_finds_the_last_good_version_among_tiered_copies() -> No
                                       step=43, nodes=[], ranks=[], evidence={"code_version": "v2-bad"}))
     assert decision.rule == "user_error.rollback_code"
     assert decision.plan[0].params["code_version"] == "v1"
+
+
+def test_only_lasting_copies_are_journaled() -> None:
+    """Memory and peer copies arrive every step; journaling them would swamp the action consumer."""
+    idx = TierIndex()
+    full(idx, 10, tiers=("memory", "peer", "disk"))
+    state = idx.snapshot("j")
+    assert {row[2]["tier"] for row in state["copies"]} == {"disk"}
+    again = TierIndex()
+    again.restore("j", state)
+    plan = again.plan("j")
+    assert plan is not None and plan.step == 10 and {c.tier for c in plan.ranks.values()} == {"disk"}
