@@ -157,11 +157,12 @@ class CheckpointRegistry:
 
         That version is the last good code a user error rolls back to.
         """
-        entry = self._jobs.get(job)
-        if entry is None:
-            return None
-        for step in reversed(entry.steps):
-            ckpt = entry.by_step[step]
-            if ckpt.code_version and ckpt.code_version != exclude:
-                return ckpt
-        return None
+        entry = self._jobs.get(job) or _JobCheckpoints()
+        legacy = next((entry.by_step[s] for s in reversed(entry.steps)
+                       if entry.by_step[s].code_version and entry.by_step[s].code_version != exclude), None)
+        plan = self.tiers.latest_with_code(job, exclude=exclude)
+        tiered = _from_plan(plan)
+        if tiered is not None and plan is not None:
+            code = next(iter(plan.ranks.values())).code_version
+            tiered = Checkpoint(tiered.job, tiered.step, tiered.path, tiered.ts, code, tiered.tiers)
+        return _newer(legacy, tiered)

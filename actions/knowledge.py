@@ -22,6 +22,7 @@ import msgspec
 from actions.checkpoints import CheckpointRegistry
 from actions.engine import DecisionEngine
 from actions.journal import Journal
+from actions.restore import JOURNALED
 from schemas.records import CheckpointEvent, JobTopology
 
 _CKPT = "ckpt:"
@@ -50,6 +51,9 @@ class JobKnowledge:
 
     def observe_checkpoint(self, event: CheckpointEvent) -> None:
         """Apply a checkpoint announcement and journal the job's new checkpoint list."""
+        if event.tier and event.tier not in JOURNALED:  # every step, ephemeral: apply, never journal
+            self.checkpoints.observe(event)
+            return
         before = self.checkpoints.snapshot(event.job)
         self.checkpoints.observe(event)
         after = self.checkpoints.snapshot(event.job)

@@ -29,6 +29,9 @@ from detectors.common import Bounded
 from schemas.records import CheckpointEvent
 
 PREFERENCE: tuple[str, ...] = ("memory", "disk", "peer", "durable")
+# Memory and peer copies are announced every step and replaced within a step: a restarted action
+# consumer learns them again at once, so only the lasting tiers are worth journaling.
+JOURNALED: frozenset[str] = frozenset({"disk", "durable"})
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Copy:
     node: str
     checksum: str
     ts: float
+    code_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ class TierIndex:
             bisect.insort(job.steps, event.step)
             job.copies[event.step] = {}
         job.copies[event.step].setdefault(event.rank, {})[event.tier] = Copy(
-            event.tier, event.path, event.node, event.checksum, event.ts)
+            event.tier, event.path, event.node, event.checksum, event.ts, event.code_version)
         while len(job.steps) > self.keep_steps:
             job.copies.pop(job.steps.pop(0), None)
 
@@ -101,13 +105,27 @@ class TierIndex:
                 job.copies.pop(step)
         job.steps[cut:] = [s for s in job.steps[cut:] if s in job.copies]
 
+    def latest_with_code(self, job: str, *, exclude: str = "") -> RestorePlan | None:
+        """The newest complete step written by a code version other than `exclude` (a rollback target)."""
+        entry = self._jobs.get(job)
+        if entry is None:
+            return None
+        for step in reversed(entry.steps):
+            codes = {c.code_version for tiers in entry.copies[step].values() for c in tiers.values()}
+            if len(codes) == 1 and "" not in codes and exclude not in codes:
+                plan = self.plan(job, before=step + 1)
+                if plan is not None and plan.step == step:
+                    return plan
+        return None
+
     def snapshot(self, job: str) -> dict[str, Any]:
         """One job's tiered copies as plain data (the action consumer journals it)."""
         entry = self._jobs.get(job)
         if entry is None:
             return {}
         copies = [[step, rank, asdict(c)] for step in entry.steps
-                  for rank, tiers in entry.copies.get(step, {}).items() for c in tiers.values()]
+                  for rank, tiers in entry.copies.get(step, {}).items() for c in tiers.values()
+                  if c.tier in JOURNALED]
         return {"world_size": entry.world_size, "copies": copies}
 
     def restore(self, job: str, state: dict[str, Any]) -> None:

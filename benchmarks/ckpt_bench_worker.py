@@ -94,7 +94,9 @@ def main() -> None:
             train_step(ddp, opt, step, a.rank, a.width, a.batch)
             manager().step(step)
 
-    InProcessRestart(store=store, rank=a.rank, world_size=a.world, restore=restore, timeout_s=300).run(train)
+    wrapper: InProcessRestart[None] = InProcessRestart(store=store, rank=a.rank, world_size=a.world, restore=restore,
+                                                      timeout_s=300)
+    wrapper.run(train)
 
 
 def _overhead(a: argparse.Namespace, ddp: nn.Module, opt: torch.optim.Optimizer, mgr: CheckpointManager,

@@ -81,7 +81,12 @@ def main() -> None:
     wrapper: InProcessRestart[None] = InProcessRestart(store=store, rank=a.rank, world_size=a.world,
                                                       restore=restore, timeout_s=30, join=a.join)
     ctx_history: list[dict[str, Any]] = []
-    wrapper.run(lambda ctx: (ctx_history.__setitem__(slice(None), ctx.history), train(ctx))[1])
+
+    def run(ctx: RestartContext) -> None:
+        ctx_history[:] = ctx.history  # the same list the wrapper appends to
+        train(ctx)
+
+    wrapper.run(run)
     report["history"] = ctx_history
     report["final"] = [p.detach().double().sum().item() for p in model.parameters()]
     Path(a.out).write_text(json.dumps(report))

@@ -32,7 +32,7 @@ from trainguard.checkpoint.layout import Layout, checksum, copy_in, flatten, pla
 from trainguard.checkpoint.peer import BackupServer, PeerChoice, choose_peer, send_backup
 from trainguard.checkpoint.restore import TIERS, Restored, RestoreSources, agree_step, load_state, restore_from
 from trainguard.checkpoint.state import get_state, set_state
-from trainguard.checkpoint.store import Manifest, SlotRing, memory_root, write_files
+from trainguard.checkpoint.store import Manifest, SlotRing, drop_rank_after, memory_root, read_slot_manifests, write_files
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class CheckpointManager:
         self.node = node or os.environ.get("NODE_NAME") or os.uname().nodename
         self.publisher = publisher
         self._clock = clock
+        self.code_version = os.environ.get("TRAINGUARD_CODE_VERSION", "")  # rollbacks look for the last good one
         self.root = memory_root(job, self.cfg.memory_dir)
         self.own_dir = self.root / f"own-{self.rank}"
         self._cuda = torch.cuda.is_available()
@@ -172,22 +173,56 @@ class CheckpointManager:
         """Load the newest step below `before` (or exactly `step`) from the best tier holding it.
 
         With `agree` and torch.distributed up, the ranks first agree on the
-        newest step every one of them can load, so nobody resumes alone.
+        newest step every one of them can load, and then check that every one
+        did: a rank whose copies all fail their checksum sends everyone to the
+        next older common step, so no rank ever resumes from a different step.
         """
         if self._copier is not None:
             self._copier.join()  # the newest snapshot is committed before we look for it
         src = self.sources()
-        if step is None and agree and _dist() is not None:
-            step = agree_step(src, before=before)
-            if step is None:
-                return None
-        restored = restore_from(src, step=step, before=before, tiers=tiers)
+        dist = _dist()
+        if step is None and agree and dist is not None:
+            restored = self._restore_agreed(src, before, tiers, dist)
+        else:
+            restored = restore_from(src, step=step, before=before, tiers=tiers)
         if restored is None:
             return None
+        for tier, bad_step, why in restored.rejected:
+            log.warning("rank %s: skipped the %s copy of step %s: %s", self.rank, tier, bad_step, why)
         load_state(self.model, self.optimizer, restored)
+        self.forget_after(restored.step)
         self.first_bad_step = None
         self._announce(restored.step, restored.tier, restored.location, restored.checksum, status="restored")
         return restored
+
+    @staticmethod
+    def _restore_agreed(src: RestoreSources, before: int | None, tiers: tuple[str, ...], dist: Any,
+                        attempts: int = 5) -> Restored | None:
+        for _ in range(attempts):
+            step = agree_step(src, before=before)
+            if step is None:
+                return None
+            got = restore_from(src, step=step, tiers=tiers)
+            ok: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(ok, got is not None)
+            if all(ok):
+                return got
+            before = step  # some rank could not load it: everyone goes one common step further back
+        return None
+
+    def forget_after(self, step: int) -> None:
+        """Forget this rank's copies of steps after `step`: training resumes from it, and those
+        steps will be recomputed differently (a NaN rolled back, new code). A later restore must
+        never mix them with the new timeline's copies of the same step numbers."""
+        for m, path in read_slot_manifests(self.own_dir):
+            if m.step > step:
+                path.with_suffix(".json").unlink(missing_ok=True)
+        with self._lock:
+            self._slot_step = {i: s for i, s in self._slot_step.items() if s <= step}
+        for root in (self.cfg.disk_dir, self.cfg.durable):
+            if root:
+                drop_rank_after(root, self.job, self.rank, step)
+        self._last_done = dict.fromkeys(self._last_done, step)
 
     def close(self, *, purge: bool = False) -> None:
         """Stop the threads; `purge` also frees the RAM-backed slots (the job is over)."""
@@ -262,6 +297,10 @@ class CheckpointManager:
                      skeleton=base64.b64encode(skeleton).decode(), world_size=self.world_size)
         ring.commit(slot, m)
         with self._lock:
+            for other, held in list(self._slot_step.items()):
+                if held >= step and other not in self._busy:  # a copy from before a restore: abandoned
+                    ring.invalidate(other)
+                    del self._slot_step[other]
             self._slot_step[slot] = step
             self._busy.discard(slot)
         self.stats["snapshots"] += 1
@@ -326,7 +365,7 @@ class CheckpointManager:
         self.publisher.publish(CheckpointEvent(
             ts=self._clock(), job=self.job, step=step, path=location, status=status,  # type: ignore[arg-type]
             rank=self.rank, tier=tier, checksum=digest, world_size=self.world_size,  # type: ignore[arg-type]
-            node=node or self.node))
+            node=node or self.node, code_version=self.code_version))
 
 
 def _dist() -> Any:

@@ -96,6 +96,7 @@ class BackupServer:
         self.root = root
         self.max_sources = max_sources
         self._rings: dict[tuple[str, int], SlotRing] = {}
+        self._last_slot: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         outer = self
 
@@ -149,8 +150,10 @@ class BackupServer:
     def _put(self, m: Manifest, rfile: Any) -> dict[str, Any]:
         ring = self._ring(m)
         held = ring.steps()
-        newest = max(held) if held else None
-        slot = next((i for i in range(2) if newest is None or held[newest] != i), 0)
+        with self._lock:
+            last = self._last_slot.get((m.job, m.rank))
+            slot = 0 if last is None else 1 - last  # alternate: the last complete copy stays intact
+            self._last_slot[(m.job, m.rank)] = slot
         ring.invalidate(slot)
         buf = ring.buffers[slot].numpy()
         got = 0
@@ -162,6 +165,9 @@ class BackupServer:
         if checksum(ring.buffers[slot], m.nbytes) != m.checksum:
             return {"ok": False, "error": "checksum mismatch: backup refused"}
         ring.commit(slot, m)
+        for step, i in held.items():
+            if step >= m.step and i != slot:  # the sender went back (a restore): that timeline is abandoned
+                ring.invalidate(i)
         return {"ok": True, "slot": slot}
 
     def _get(self, header: dict[str, Any], wfile: Any, conn: socket.socket) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from trainguard.checkpoint.layout import flatten, plan_layout, unflatten
 from trainguard.checkpoint.peer import fetch_backup, list_backups
 from trainguard.checkpoint.state import get_state, set_state
-from trainguard.checkpoint.store import Manifest, list_steps, load_verified, read_files, read_slot_manifests
+from trainguard.checkpoint.store import Manifest, list_rank_steps, load_verified, read_files, read_slot_manifests
 
 TIERS: tuple[str, ...] = ("memory", "disk", "peer", "durable")
 
@@ -53,7 +53,7 @@ def local_steps(src: RestoreSources) -> dict[int, list[str]]:
         out.setdefault(m.step, []).append("memory")
     for tier, root in (("disk", src.disk_dir), ("durable", src.durable)):
         if root:
-            for s in list_steps(root, src.job):
+            for s in list_rank_steps(root, src.job, src.rank):
                 out.setdefault(s, []).append(tier)
     if src.peer_addr:
         for s in list_backups(src.peer_addr, src.job, src.rank):

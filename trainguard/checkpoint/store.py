@@ -193,7 +193,7 @@ def read_files(root: str, job: str, rank: int, step: int | None = None,
     """Snapshots of `rank` newest first (all, one `step`, or those before `before`), unverified.
 
     A local file's payload is returned as its path (mapped later, only if used)."""
-    out = []
+    out: list[tuple[Manifest, Path | bytes]] = []
     for s in reversed(list_steps(root, job)):
         if (step is not None and s != step) or (before is not None and s >= before):
             continue
@@ -209,6 +209,20 @@ def read_files(root: str, job: str, rank: int, step: int | None = None,
     return out
 
 
+def list_rank_steps(root: str, job: str, rank: int) -> list[int]:
+    """Steps for which `rank` has a complete copy (its manifest) under `root`."""
+    out = []
+    for s in list_steps(root, job):
+        fs, path = _fs(snapshot_dir(root, job, s))
+        name = f"{path}/rank-{rank:05d}.json"
+        try:
+            if fs.exists(name) if fs else Path(name).exists():
+                out.append(s)
+        except OSError:
+            continue
+    return out
+
+
 def list_steps(root: str, job: str) -> list[int]:
     fs, path = _fs(f"{root.rstrip('/')}/{job}")
     try:
@@ -218,9 +232,18 @@ def list_steps(root: str, job: str) -> list[int]:
     return sorted(int(n[5:]) for n in names if n.startswith("step-") and n[5:].isdigit())
 
 
+def drop_rank_after(root: str, job: str, rank: int, step: int) -> None:
+    """Remove `rank`'s files of every step after `step` (an abandoned timeline)."""
+    _remove(root, job, rank, [s for s in list_steps(root, job) if s > step])
+
+
 def _prune(root: str, job: str, rank: int, keep: int) -> None:
     """Drop this rank's files of all but the newest `keep` steps (other ranks prune their own)."""
-    for s in list_steps(root, job)[:-keep]:
+    _remove(root, job, rank, list_steps(root, job)[:-keep])
+
+
+def _remove(root: str, job: str, rank: int, steps: list[int]) -> None:
+    for s in steps:
         fs, path = _fs(snapshot_dir(root, job, s))
         for suffix in (".json", ".bin"):
             target = f"{path}/rank-{rank:05d}{suffix}"

@@ -33,6 +33,7 @@ import trainguard
 from trainguard.checkpoint.config import CheckpointConfig
 from trainguard.checkpoint.guard import TrainingGuard
 from trainguard.checkpoint.manager import CheckpointManager
+from trainguard.checkpoint.ranks import rank_hint, stable_ranks
 from trainguard.demo.faults import FaultBoard, final_step
 
 FEATURES, HIDDEN = 64, 256
@@ -70,11 +71,13 @@ def main() -> None:
     monitor = trainguard.TrainingMonitor(job=args.job, model=model, checksum_every=1, heartbeat_interval_s=1.0,
                                          flops_per_token=6.0 * sum(p.numel() for p in model.parameters()),
                                          peak_flops=5e9)
-    ram = Path(args.ram_dir or f"/dev/shm/trainguard/{args.job}") / node  # this "machine's" memory and disk
+    ram = _ram(args)  # this "machine's" memory and disk
     ckpt = CheckpointManager(job=args.job, model=model, optimizer=opt, node=node, publisher=monitor, config=CheckpointConfig(
         memory_dir=str(ram / "mem"), memory_slots=3, disk_dir=str(ram / "disk"), disk_every=5, disk_keep=40,
-        durable=str(Path(args.ckpt_dir) / "tiered"), durable_every=args.ckpt_every))
+        durable=str(Path(args.ckpt_dir) / "tiered"), durable_every=args.ckpt_every,
+        durable_keep=1_000_000))  # like the job's own checkpoints: a late restart to an old step finds it
     start = _resume(model, opt, ckpt)
+    ckpt.forget_after(start)  # copies of later steps belong to a timeline this run abandons
     monitor.current_step = start
     guard = TrainingGuard(monitor, ckpt)
     ddp = nn.parallel.DistributedDataParallel(model)
@@ -127,6 +130,19 @@ def _init_distributed(args: argparse.Namespace) -> None:
     info = get_rendezvous_handler(params).next_rendezvous()
     dist.init_process_group("gloo", store=dist.PrefixStore("train/", info.store), rank=info.rank,
                             world_size=info.world_size)
+    # The rendezvous numbers ranks by join order; keep each machine's previous rank so its in-memory
+    # checkpoint is still its own (a standby takes the evicted machine's rank).
+    hints: list[int | None] = [None] * info.world_size
+    dist.all_gather_object(hints, rank_hint(_ram(args) / "mem"))
+    ranks = stable_ranks(hints)
+    if ranks != list(range(info.world_size)):
+        dist.destroy_process_group()
+        dist.init_process_group("gloo", store=dist.PrefixStore("train-stable/", info.store),
+                                rank=ranks[info.rank], world_size=info.world_size)
+
+
+def _ram(args: argparse.Namespace) -> Path:
+    return Path(args.ram_dir or f"/dev/shm/trainguard/{args.job}") / os.environ.get("NODE_NAME", "node")
 
 
 def _flip_a_bit(model: nn.Module) -> None:
@@ -143,6 +159,8 @@ def _resume(model: nn.Module, opt: torch.optim.Optimizer, ckpt: CheckpointManage
     path = os.environ.get("TRAINGUARD_RESUME_PATH")
     if step or path:
         restored = ckpt.restore(before=step + 1 if step else None)  # every rank agrees on one step
+        print(f"rank {ckpt.rank}: asked for step {step}, restored "
+              + (f"step {restored.step} from {restored.tier}" if restored else "nothing"), flush=True)
         if restored is not None:
             return restored.step
     if not path or not Path(path).exists():

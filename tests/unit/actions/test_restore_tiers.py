@@ -92,3 +92,28 @@ def test_the_engine_plans_the_tier_of_every_rank() -> None:
     restart = hw.plan[-1].params
     assert restart["step"] == 42
     assert restart["restore_tiers"]["1"]["tier"] == "peer" and restart["restore_tiers"]["0"]["tier"] == "memory"
+
+
+def test_a_code_rollback_finds_the_last_good_version_among_tiered_copies() -> None:
+    reg = CheckpointRegistry()
+    for step, code in ((40, "v1"), (41, "v1"), (42, "v2-bad")):
+        for rank in range(4):
+            reg.observe(CheckpointEvent(ts=float(step), job="j", step=step, path="m", rank=rank, tier="memory",
+                                        world_size=4, node=NODES[rank], code_version=code))
+    engine = DecisionEngine(reg)
+    decision = engine.decide(Incident(ts=50.0, id="u1", kind="user_error", job="j", onset=45.0, detected_at=50.0,
+                                      step=43, nodes=[], ranks=[], evidence={"code_version": "v2-bad"}))
+    assert decision.rule == "user_error.rollback_code"
+    assert decision.plan[0].params["code_version"] == "v1"
+
+
+def test_only_lasting_copies_are_journaled() -> None:
+    """Memory and peer copies arrive every step; journaling them would swamp the action consumer."""
+    idx = TierIndex()
+    full(idx, 10, tiers=("memory", "peer", "disk"))
+    state = idx.snapshot("j")
+    assert {row[2]["tier"] for row in state["copies"]} == {"disk"}
+    again = TierIndex()
+    again.restore("j", state)
+    plan = again.plan("j")
+    assert plan is not None and plan.step == 10 and {c.tier for c in plan.ranks.values()} == {"disk"}

@@ -124,3 +124,32 @@ def test_memory_stays_bounded_by_the_slots(tmp_path: Path) -> None:
         assert len(list(mgr.own_dir.glob("slot*.bin"))) == 3
     finally:
         mgr.close(purge=True)
+
+
+def test_copies_after_a_rollback_are_forgotten(tmp_path: Path) -> None:
+    """After restoring step 2, steps 3-4 of the abandoned timeline must never be restored again."""
+    mgr, model, opt, _ = _manager(tmp_path, peer=False, memory_slots=4, disk_dir=str(tmp_path / "disk"),
+                                  disk_every=1, disk_keep=10)
+    holder = BackupServer(tmp_path / "peer-ram")
+    try:
+        for step in range(1, 5):
+            _train(model, opt, step)
+            mgr.step(step)
+            mgr.flush()
+            m, slot = max(read_slot_manifests(mgr.own_dir), key=lambda mp: mp[0].step)
+            assert send_backup(holder.address, m, bytearray(slot.read_bytes()[:m.nbytes]))["ok"]
+        assert mgr.restore(step=2, tiers=("disk",)) is not None
+        assert sorted(m.step for m, _ in read_slot_manifests(mgr.own_dir)) == [1, 2]
+        assert sorted(int(p.name[5:]) for p in (tmp_path / "disk" / "j").iterdir()) == [1, 2]
+        _train(model, opt, 3)
+        mgr.step(3)
+        mgr.flush()
+        m, slot = max(read_slot_manifests(mgr.own_dir), key=lambda mp: mp[0].step)
+        assert send_backup(holder.address, m, bytearray(slot.read_bytes()[:m.nbytes]))["ok"]
+        held = sorted(m.step for m, _ in read_slot_manifests(tmp_path / "peer-ram" / "peer-j-0"))
+        assert held == [3]  # the holder dropped the old timeline's step 4 (its other slot)
+        got = fetch_backup(holder.address, "j", 0)
+        assert got is not None and got[0].checksum == m.checksum
+    finally:
+        holder.close()
+        mgr.close(purge=True)
