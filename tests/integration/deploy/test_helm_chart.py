@@ -217,3 +217,17 @@ def test_baseline_collectors_mount_what_the_collectors_read(tmp_path: Path) -> N
     assert mounts["host-sys"] == "/host/sys" and mounts["kmsg"] == "/dev/kmsg"
     assert int(env["TRAINGUARD_METRICS__PORT"]["value"]) == container["ports"][0]["containerPort"]
     assert spec["automountServiceAccountToken"] is False
+
+
+def test_every_value_is_documented_in_the_chart_readme() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    missing = []
+    for top, sub in values.items():
+        keys = [top] if not isinstance(sub, dict) or not sub else [f"{top}.{k}" for k in sub]
+        for key in keys:
+            leaf = key.split(".")[-1]
+            if f"`{key}" not in readme and f".{leaf}`" not in readme and f"`.{leaf}" not in readme \
+                    and f", `.{leaf}" not in readme:
+                missing.append(key)
+    assert missing == []
