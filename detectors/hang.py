@@ -8,9 +8,23 @@ means heartbeats or GPU samples of the job's nodes keep arriving: a job
 whose every signal stopped has crashed or ended, it is not hung.
 
 Announced pauses do not count: a `PhaseChange` or heartbeat phase of
-checkpointing/eval, or a `CheckpointEvent` "started", stops the clock until
-training resumes (phase back to training, checkpoint saved, or a new step).
-The rule fires from `tick(ts)` because a hung job sends no step records.
+checkpointing/eval, or a `CheckpointEvent` "started", stops the clock. A
+pause ends only when the job *as a whole* steps again: a majority of the
+ranks that report steps have finished a step past the one the pause was
+announced at. Announcements back to "training" end nothing, because real
+loops send them unreliably: Megatron announces checkpointing, training and
+eval within milliseconds when eval falls on a checkpoint step; an async
+checkpoint announces training while the save still runs; a rank's last step
+record may arrive after its own pause announcement. A pause is timed only
+when steps confirm its end, and pause lengths are learned per kind of pause
+(the set of phases announced in it), so short async saves do not shrink
+the allowance of long synchronous ones.
+
+Host clocks disagree by up to `skew_s`, so every limit carries 2 x skew_s
+of slack. A hang that spins (every node of the job at full GPU utilisation
+while RDMA traffic is ~0 and no step completes) is a hang even inside a
+checkpoint pause, caught after the normal step threshold. The rule fires
+from `tick(ts)` because a hung job sends no step records.
 
 Localisation, best first: stack samples taken during the stall (the
 outlier cluster, see `detectors.stacks`); ranks that did not finish the
@@ -32,12 +46,13 @@ from schemas.records import (
 
 PAUSE_PHASES = frozenset({"checkpointing", "eval", "init", "idle", "stopped"})
 MEASURED_PAUSES = frozenset({"checkpointing", "eval"})
+SPIN_UTIL_PCT = 90.0
 
 
 class _Job:
     __slots__ = ("max_step", "attempt", "progress_ts", "intervals", "paused_by", "alive_ts", "fired",
                  "rank_step", "rank_node", "rank_beat", "stacks", "pause_ts", "pause_phase", "pauses", "announced",
-                 "exit_ts")
+                 "exit_ts", "pause_step", "pause_key", "resumed", "nodes", "spinning", "spin_ts", "saving")
 
     def __init__(self, ts: float) -> None:
         self.max_step = -1
@@ -53,9 +68,16 @@ class _Job:
         self.stacks: dict[int, tuple[float, tuple[str, ...]]] = {}
         self.pause_ts = ts
         self.pause_phase = ""
-        self.pauses = Rolling(16)  # durations of past checkpoint/eval pauses
+        self.pauses: dict[str, Rolling] = {}  # pause kind -> durations of past confirmed pauses
         self.announced = False
         self.exit_ts: float | None = None  # a process of the job exited (the agent said so)
+        self.pause_step = -1  # the step the pause was announced at
+        self.pause_key: frozenset[str] = frozenset()  # every phase announced during the pause
+        self.resumed: set[int] = set()  # ranks past pause_step
+        self.nodes: set[str] = set()
+        self.spinning: set[str] = set()  # nodes whose GPUs spin while their RDMA is silent
+        self.spin_ts: float | None = None  # since when every node of the job spins
+        self.saving = False  # a checkpoint started and not yet saved
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(getattr(self, s) for s in self.__slots__)
@@ -92,6 +114,8 @@ class HangDetector(Detector):
         collapse_bps: float = 1e6,
         max_pause_s: float = 900.0,
         exit_grace_s: float = 120.0,
+        skew_s: float = 2.0,
+        pause_mult: float = 1.5,
         max_jobs: int = 10_000,
         max_nodes: int = 100_000,
     ) -> None:
@@ -104,9 +128,12 @@ class HangDetector(Detector):
         self.collapse_bps = collapse_bps
         self.max_pause_s = max_pause_s
         self.exit_grace_s = exit_grace_s
+        self.skew_s = skew_s
+        self.pause_mult = pause_mult
         self._jobs: Bounded[str, _Job] = Bounded(max_jobs)
         self._node_job: Bounded[str, str] = Bounded(max_nodes)
         self._rdma: Bounded[str, float] = Bounded(max_nodes)
+        self._busy: Bounded[str, bool] = Bounded(max_nodes)  # node -> GPUs at full utilisation
 
     def _job(self, name: str, ts: float) -> _Job:
         job = self._jobs.get(name)
@@ -122,21 +149,25 @@ class HangDetector(Detector):
             job.alive_ts = max(job.alive_ts, record.ts)
             job.rank_beat[record.rank] = record.ts
             if record.rank not in job.rank_node:
-                job.rank_node[record.rank] = record.node
-                self._node_job[record.node] = record.job
-            self._phase(job, record.phase, record.rank, record.ts, announced=False)
+                self._place(job, record.job, record.rank, record.node)
+            self._phase(job, record.phase, record.rank, record.ts, record.step, announced=False)
         elif isinstance(record, NodeGpuSample):
             name = record.job or self._node_job.get(record.node)
-            # Busy GPUs mean live processes (a hung collective spins at full utilisation); idle GPUs
-            # after a crash must not keep a dead job "alive".
-            if name and name in self._jobs and record.nvml_ok and any(g.util_pct > 0 for g in record.gpus):
+            if name and name in self._jobs and record.nvml_ok and record.gpus:
+                # Busy GPUs mean live processes (a hung collective spins at full utilisation); idle GPUs
+                # after a crash must not keep a dead job "alive".
                 job = self._jobs[name]
-                job.alive_ts = max(job.alive_ts, record.ts)
+                if any(g.util_pct > 0 for g in record.gpus):
+                    job.alive_ts = max(job.alive_ts, record.ts)
+                self._busy[record.node] = min(g.util_pct for g in record.gpus) >= SPIN_UTIL_PCT
+                self._spin(job, record.node, record.ts)
         elif isinstance(record, PhaseChange):
-            self._phase(self._job(record.job, record.ts), record.phase, record.rank, record.ts)
+            self._phase(self._job(record.job, record.ts), record.phase, record.rank, record.ts, record.step)
         elif isinstance(record, CheckpointEvent):
-            phase = "checkpointing" if record.status == "started" else "training"
-            self._phase(self._job(record.job, record.ts), phase, record.rank, record.ts)
+            job = self._job(record.job, record.ts)
+            job.saving = record.status == "started"
+            if job.saving:  # "saved" ends nothing: an async save finishes while steps run
+                self._phase(job, "checkpointing", record.rank, record.ts, record.step)
         elif isinstance(record, StackSample):
             if is_observer_thread(record.frames):
                 return []  # the hook's and Kafka's own threads look alike on every rank
@@ -145,7 +176,8 @@ class HangDetector(Detector):
             # One dump yields a sample per thread; the main thread speaks for the rank.
             if prev is None or record.ts > prev[0] + 0.5 or not is_background_thread(record.frames):
                 job.stacks[record.rank] = (record.ts, signature(record.frames))
-            job.rank_node.setdefault(record.rank, record.node)
+            if record.rank not in job.rank_node:
+                self._place(job, record.job, record.rank, record.node)
         elif isinstance(record, LogEvent):
             # A process that exited is a crash or a restart, not a hang: its cause speaks through the
             # logs or the hardware. Only if the job still makes no progress `exit_grace_s` later is it stuck.
@@ -154,71 +186,126 @@ class HangDetector(Detector):
                 exited.exit_ts = record.ts
         elif isinstance(record, RdmaSample):
             self._rdma[record.node] = sum(p.tx_bps + p.rx_bps for p in record.ports)
+            name = record.job or self._node_job.get(record.node)
+            if name and name in self._jobs:
+                self._spin(self._jobs[name], record.node, record.ts)
         elif isinstance(record, JobTopology):
             job = self._job(record.job, record.ts)
             for rank, node in record.rank_nodes.items():
-                job.rank_node[rank] = node
-                self._node_job[node] = record.job
+                self._place(job, record.job, rank, node)
         return []
+
+    def _place(self, job: _Job, name: str, rank: int, node: str) -> None:
+        job.rank_node[rank] = node
+        job.nodes.add(node)
+        self._node_job[node] = name
+
+    def _spin(self, job: _Job, node: str, ts: float) -> None:
+        """Track whether every node of the job spins: GPUs busy, RDMA silent."""
+        rate = self._rdma.get(node)
+        if self._busy.get(node, False) and rate is not None and rate < self.collapse_bps:
+            job.spinning.add(node)
+        else:
+            job.spinning.discard(node)
+        if job.nodes and len(job.spinning) >= len(job.nodes):
+            if job.spin_ts is None:
+                job.spin_ts = ts
+        else:
+            job.spin_ts = None
 
     def _step(self, rec: TrainingStep) -> None:
         job = self._jobs.get(rec.job)
         if job is None:
             job = self._job(rec.job, rec.ts)
         if rec.rank not in job.rank_node:
-            job.rank_node[rec.rank] = rec.node
-            self._node_job[rec.node] = rec.job
-        job.rank_step[rec.rank] = rec.step
-        if rec.attempt != job.attempt:
+            self._place(job, rec.job, rec.rank, rec.node)
+        prev = job.rank_step.get(rec.rank)
+        rewound = rec.attempt == job.attempt and prev is not None and rec.step < prev
+        if rec.attempt != job.attempt or rewound:  # a restart (from a checkpoint's step) starts afresh
             if rec.attempt < job.attempt:
                 return  # a straggling record of an earlier attempt
             job.attempt, job.max_step = rec.attempt, rec.step
             job.progress_ts, job.fired, job.paused_by, job.exit_ts = rec.ts, False, None, None
             job.stacks.clear()
+            job.rank_step.clear()
+            job.rank_step[rec.rank] = rec.step
             return
-        if rec.step > job.max_step:
-            if job.max_step >= 0 and job.paused_by is None and rec.ts > job.progress_ts:
-                job.intervals.add(rec.ts - job.progress_ts)
-            job.max_step = rec.step
-            if job.paused_by is not None and (job.pause_phase not in MEASURED_PAUSES or rec.ts > job.pause_ts + 1):
-                self._resume(job, rec.ts)
-            job.progress_ts = max(job.progress_ts, rec.ts)
-            job.fired = False
+        job.rank_step[rec.rank] = rec.step
         if rec.ts > job.alive_ts:
             job.alive_ts = rec.ts
+        if job.paused_by is not None:
+            if job.pause_phase not in MEASURED_PAUSES and rec.step > job.max_step:
+                self._resume(job, rec.ts)  # init or restart: the first new step is the job running again
+            elif rec.step > job.pause_step:
+                job.resumed.add(rec.rank)
+                if 2 * len(job.resumed) > len(job.rank_step):  # the job as a whole steps again
+                    self._resume(job, rec.ts)
+            job.max_step = max(job.max_step, rec.step)  # steps in flight when the pause was announced count
+            return
+        if rec.step > job.max_step:
+            if job.max_step >= 0 and rec.ts > job.progress_ts:
+                job.intervals.add(rec.ts - job.progress_ts)
+            job.max_step = rec.step
+            job.progress_ts = max(job.progress_ts, rec.ts)
+            job.fired = False
 
-    def _phase(self, job: _Job, phase: str, rank: int, ts: float, announced: bool = True) -> None:
-        """Heartbeats only end a pause begun by their own rank; announcements end any."""
-        if phase in PAUSE_PHASES:
-            if job.paused_by is None or job.pause_phase != phase:
-                job.pause_ts, job.pause_phase = ts, phase
-                job.announced = announced
-            job.paused_by = rank
-        elif job.paused_by is not None and (job.paused_by == rank or announced):
-            self._resume(job, ts)
+    def _phase(self, job: _Job, phase: str, rank: int, ts: float, step: int, announced: bool = True) -> None:
+        """A pause phase starts a pause (or joins the one under way); "training" ends nothing, steps do."""
+        if phase not in PAUSE_PHASES:
+            return
+        if 0 < step < job.max_step and phase in MEASURED_PAUSES:
+            return  # a stale announcement (late or skewed) from before the job's last step
+        if job.paused_by is None:
+            job.pause_ts, job.pause_phase, job.announced = ts, phase, announced
+            job.pause_step, job.pause_key = max(job.max_step, step), frozenset((phase,))
+            job.resumed = set()
+        else:
+            if job.pause_phase not in MEASURED_PAUSES:
+                job.pause_phase = phase
+            job.pause_key = job.pause_key | {phase}
+            job.pause_step = max(job.pause_step, step)
+            job.announced = job.announced or announced
+            job.pause_ts = min(job.pause_ts, ts)
+        job.paused_by = rank
 
     def _resume(self, job: _Job, ts: float) -> None:
-        if job.pause_phase in MEASURED_PAUSES and job.announced and not job.fired:
-            job.pauses.add(ts - job.pause_ts)  # heartbeat-started pauses lag; only announced ones are timed
+        """Steps confirmed the pause's end: time it (announced pauses only, heartbeats lag).
+
+        A pause that fired as a hang but ended with the job stepping again in
+        the same attempt was a pause after all, so it is learned too. A save
+        still running when steps resume was asynchronous: its short blocking
+        part is learned apart, so it never shrinks the synchronous allowance.
+        """
+        if job.pause_key & MEASURED_PAUSES and job.announced:
+            key = _key(job.pause_key) + ("/async" if job.saving else "")
+            if key not in job.pauses:
+                job.pauses[key] = Rolling(8)
+            job.pauses[key].add(ts - job.pause_ts)
         job.paused_by = None
+        job.resumed = set()
         job.progress_ts = max(job.progress_ts, ts)  # the stall clock restarts after a pause
+        job.fired = False
 
     def pause_limit(self, job: _Job, ts: float) -> float:
         """Seconds a checkpoint/eval pause may last before it counts as hung.
 
-        Learned from the job's earlier pauses; shorter when the stacks taken
-        during the pause split into a majority and outliers.
+        Learned from the job's earlier confirmed pauses of the same kind (for
+        a kind not seen yet, say checkpoint then eval, the sum of its phases'
+        longest pauses): a margin over the longest recent one, as pause lengths vary with what is saved or
+        evaluated; shorter when the stacks taken during the pause split into
+        a majority and outliers.
         """
-        known = len(job.pauses) > 0
+        longest = _allowance(job.pauses, job.pause_key)
+        slack = 2 * self.skew_s
         if outliers({r: sig for r, (t, sig) in job.stacks.items() if t >= job.pause_ts}):
-            return max(self.floor_s, 1.2 * job.pauses.median()) if known else 300.0
-        return max(2 * self.floor_s, 3 * job.pauses.median()) if known else self.max_pause_s
+            return (max(self.floor_s, 1.2 * longest) if longest else 300.0) + slack
+        return (max(2 * self.floor_s, self.pause_mult * longest) if longest else self.max_pause_s) + slack
 
     def threshold(self, job: _Job) -> float:
-        """Seconds without progress after which this job counts as hung."""
+        """Seconds without progress after which this job counts as hung (host skew included)."""
         if len(job.intervals) < self.warmup_steps:
-            return max(self.floor_s, self.warmup_floor_s)
-        return max(self.floor_s, self.mult * job.intervals.median())
+            return max(self.floor_s, self.warmup_floor_s) + 2 * self.skew_s
+        return max(self.floor_s, self.mult * job.intervals.median()) + 2 * self.skew_s
 
     def tick(self, ts: float) -> list[Anomaly]:
         out: list[Anomaly] = []
@@ -228,9 +315,13 @@ class HangDetector(Detector):
             if job.exit_ts is not None and ts - job.exit_ts < self.exit_grace_s:
                 continue
             if job.paused_by is not None:
-                if job.pause_phase not in MEASURED_PAUSES or ts - job.pause_ts <= self.pause_limit(job, ts):
+                spin = job.spin_ts if "eval" not in job.pause_key else None  # eval may spin GPUs legitimately
+                if spin is not None and ts - max(spin, job.pause_ts) > self.threshold(job):
+                    onset = spin
+                elif job.pause_phase not in MEASURED_PAUSES or ts - job.pause_ts <= self.pause_limit(job, ts):
                     continue
-                onset = job.pause_ts
+                else:
+                    onset = job.pause_ts
             else:
                 onset = job.progress_ts
                 if ts - onset <= self.threshold(job):
@@ -248,7 +339,7 @@ class HangDetector(Detector):
             "stalled_s": round(ts - onset, 3), "threshold_s": round(self.threshold(job), 3),
             "during": job.pause_phase if job.paused_by is not None else "training",
             "median_step_s": round(job.intervals.median(), 3), "last_step": job.max_step,
-            "localised_by": how, "job_nodes": job_nodes,
+            "localised_by": how, "job_nodes": job_nodes, "gpus_spinning": job.spin_ts is not None,
             "rdma_collapsed": bool(rates) and max(rates) < self.collapse_bps,
         }
         return finding(self.instance, "hang", ts=ts, onset=onset, job=name, nodes=nodes, ranks=ranks,
@@ -270,4 +361,23 @@ class HangDetector(Detector):
     def state_size(self) -> int:
         per_job = sum(len(j.rank_step) + len(j.rank_node) + len(j.rank_beat) + len(j.stacks) + len(j.intervals)
                       for j in self._jobs.values())
-        return len(self._jobs) + per_job + len(self._node_job) + len(self._rdma)
+        return len(self._jobs) + per_job + len(self._node_job) + len(self._rdma) + len(self._busy)
+
+
+def _allowance(pauses: dict[str, Rolling], phases: frozenset[str]) -> float:
+    """The longest confirmed pause of this kind; 0.0 when nothing tells."""
+    past = pauses.get(_key(phases))
+    if past is not None and len(past):
+        return max(past.values)
+    total = 0.0
+    for phase in phases & MEASURED_PAUSES:
+        seen = [max(r.values) for k, r in pauses.items() if len(r) and "/" not in k and phase in k.split("+")]
+        if not seen:
+            return 0.0
+        total += max(seen)
+    return total
+
+
+def _key(phases: frozenset[str]) -> str:
+    """The kind of a pause: the checkpoint/eval phases announced in it ("checkpointing+eval")."""
+    return "+".join(sorted(phases & MEASURED_PAUSES))

@@ -13,10 +13,20 @@ for the job to fail):
   where NVML cannot deliver XID events. One XID code fires once per node
   per cooldown, whichever source reported it first.
 
+* a GPU recovery action other than none (NVML's GPU_RESET, NODE_REBOOT,
+  DRAIN_P2P, DRAIN_AND_RESET; XID 154 announces it);
+* an NVML call that timed out: the collector's read of the GPUs hangs,
+  which is what a GPU falling off the bus or a wedged GSP looks like from
+  user space. Such a sample is a hardware suspect naming the node, not a
+  missing sample.
+
 Counters are cumulative, so only growth counts; a counter that goes *down*
-was reset (driver reload, GPU swap) and becomes the new baseline. A sample
-with `nvml_ok=False` is *unobserved*: it changes nothing (never "healthy").
-Each (GPU, cause) fires once per `cooldown_s` of event time.
+was reset (driver reload, GPU swap) and becomes the new baseline. Any other
+sample with `nvml_ok=False` is *unobserved*: it changes nothing (never
+"healthy"). Each (GPU, cause) fires once per `cooldown_s` of event time.
+An anomaly's `ts` is the newest event time the detector has seen (the
+stream's clock when it decided), never earlier than the sample's own
+timestamp, which a host clock running behind may put before the fault.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from detectors.common import Bounded, finding
 from detectors.xid import classify, is_fatal
 from schemas.records import Anomaly, GpuStats, LogEvent, NodeGpuSample, Record
 
+NVML_HUNG = re.compile(r"timed out|still hung|NVML_ERROR_TIMEOUT|Timeout", re.IGNORECASE)
 XID_LINE = re.compile(r"\bXid\b\s*(?:\((?:PCI:)?(?P<pci>[^)]*)\))?\s*:?\s*(?P<code>\d+)")
 
 
@@ -86,19 +97,26 @@ class HardwareDetector(Detector):
         self._nodes: Bounded[str, dict[int, _Gpu]] = Bounded(max(1, max_gpus // 8))
         self._fired: Bounded[tuple[str, int, str], float] = Bounded(max_gpus)
         self._node_job: Bounded[str, str] = Bounded(max(1, max_gpus // 8))
+        self._now = float("-inf")
 
     def observe(self, record: Record) -> list[Anomaly]:
+        if record.ts > self._now:
+            self._now = record.ts
         if isinstance(record, LogEvent):
             return self._xid_line(record)
-        if not isinstance(record, NodeGpuSample) or not record.nvml_ok:
+        if not isinstance(record, NodeGpuSample):
             return []
         if record.job:
             self._node_job[record.node] = record.job
+        if not record.nvml_ok:
+            if NVML_HUNG.search(record.error):
+                return self._report(record, [{"gpu": -1, "cause": "nvml_timeout", "error": record.error[:200]}])
+            return []
         causes: list[dict[str, Any]] = []
         for xid in record.xids:
-            if is_fatal(xid.code, self._extra):
+            if is_fatal(xid.code, self._extra, xid.message):
                 causes.append({"gpu": xid.gpu, "cause": "xid", "code": xid.code,
-                               "meaning": classify(xid.code).meaning, "at": xid.ts})
+                               "meaning": classify(xid.code, xid.message).meaning, "at": xid.ts})
         gpus = self._nodes.get(record.node)
         if gpus is None:
             self._nodes[record.node] = gpus = {}
@@ -115,10 +133,10 @@ class HardwareDetector(Detector):
     def _xid_line(self, log: LogEvent) -> list[Anomaly]:
         """A kernel "NVRM: Xid (PCI:...): 79, ..." line: the XID source when NVML cannot report."""
         match = XID_LINE.search(log.message)
-        if match is None or not is_fatal(int(match.group("code")), self._extra):
+        if match is None or not is_fatal(int(match.group("code")), self._extra, log.message):
             return []
         code = int(match.group("code"))
-        cause = {"gpu": -1, "cause": "xid", "code": code, "meaning": classify(code).meaning, "at": log.ts,
+        cause = {"gpu": -1, "cause": "xid", "code": code, "meaning": classify(code, log.message).meaning, "at": log.ts,
                  "pci": match.group("pci") or "", "source": "kernel log"}
         job = log.job or self._node_job.get(log.node, "")
         return self._report(NodeGpuSample(ts=log.ts, node=log.node, job=job), [cause])
@@ -132,6 +150,8 @@ class HardwareDetector(Detector):
                 out.append({"gpu": g.index, "cause": "gpu_lost"})
             if g.remap_failed:
                 out.append({"gpu": g.index, "cause": "remap_failed"})
+            if g.recovery_action:
+                out.append({"gpu": g.index, "cause": "recovery_action", "action": g.recovery_action})
             return out
         out = []
         if g.ecc_dbe > state.dbe:
@@ -143,6 +163,8 @@ class HardwareDetector(Detector):
             out.append({"gpu": g.index, "cause": "remap_failed"})
         if g.lost and not state.lost:
             out.append({"gpu": g.index, "cause": "gpu_lost"})
+        if g.recovery_action:
+            out.append({"gpu": g.index, "cause": "recovery_action", "action": g.recovery_action})
         growth = g.nvlink_errors - state.nvlink if g.nvlink_errors >= state.nvlink else 0
         if growth > 0 or state.bursts:
             burst = self._nvlink_burst(state, ts, growth)
@@ -176,7 +198,8 @@ class HardwareDetector(Detector):
             return []
         onset = min(float(c.get("at", sample.ts)) for c in fresh)
         gpus = sorted({f"{sample.node}:{c['gpu']}" for c in fresh if c["gpu"] >= 0})
-        return [finding(self.instance, "hw_fault", ts=sample.ts, onset=min(onset, sample.ts), job=sample.job,
+        return [finding(self.instance, "hw_fault", ts=max(self._now, sample.ts), onset=min(onset, sample.ts),
+                        job=sample.job,
                         nodes=[sample.node], gpus=gpus, key=(sample.node, tuple(gpus)),
                         evidence={"node": sample.node, "findings": fresh})]
 

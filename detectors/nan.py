@@ -7,6 +7,15 @@ therefore *settles* for `settle_s` of event time (or until the job is two
 steps further on) and then reports the earliest (step, ts) NaN it saw: its
 rank, node and step. That keeps detection within about one step while
 naming the right rank under reordering.
+
+The settle window is `settle_s` (the hook batches its sends for up to a
+second, so the origin's record can arrive that much after its peers')
+plus twice the host clock-skew bound `skew_s`: the first NaN may carry a
+clock running `skew_s` fast while event time is read off a host running
+`skew_s` slow. Because skew of a second or more dwarfs the milliseconds
+between ranks' records of one step, the origin is chosen by *what* the
+ranks report before *when*: the earliest step first, then a non-finite
+loss over a non-finite grad norm alone, and only then the timestamp.
 """
 
 from __future__ import annotations
@@ -22,12 +31,13 @@ from schemas.records import Anomaly, Record, TrainingStep, as_float
 class _First:
     """The earliest NaN seen of a job's unreported episode."""
 
-    __slots__ = ("attempt", "step", "ts", "rank", "node", "fields", "seen")
+    __slots__ = ("attempt", "step", "ts", "rank", "node", "fields", "seen", "heard")
 
     def __init__(self, rec: TrainingStep, fields: list[str]) -> None:
         self.attempt, self.step, self.ts, self.rank, self.node = rec.attempt, rec.step, rec.ts, rec.rank, rec.node
         self.fields = fields
         self.seen = rec.ts  # when the episode was first noticed
+        self.heard: set[int] = set()  # ranks whose record of that step is in
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(getattr(self, s) for s in self.__slots__)
@@ -54,32 +64,42 @@ class NanDetector(Detector):
     []
     >>> d.observe(TrainingStep(ts=2.0, job="j", rank=1, node="n0", step=2, loss="nan"))  # earlier, arrived later
     []
-    >>> [(a.kind, a.ranks, a.step) for a in d.tick(4.0)]
+    >>> d.tick(4.0)  # still settling: the origin may be late (batching) or on a slow clock (skew)
+    []
+    >>> [(a.kind, a.ranks, a.step) for a in d.tick(7.5)]
     [('nan', [1], 2)]
 
     At the same step, the rank with the NaN loss is the origin; peers only see
-    its NaN gradients through the all-reduce:
+    its NaN gradients through the all-reduce. Once every rank of the job has
+    reported that step, nothing earlier can arrive, so it is reported at once:
 
     >>> d = NanDetector()
     >>> d.observe(TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=5, loss=2.0, grad_norm="nan"))
     []
-    >>> d.observe(TrainingStep(ts=1.1, job="j", rank=2, node="n1", step=5, loss="nan", grad_norm="nan"))
-    []
-    >>> [(a.ranks, a.nodes) for a in d.tick(3.0)]
+    >>> [(a.ranks, a.nodes) for a in
+    ...  d.observe(TrainingStep(ts=1.1, job="j", rank=2, node="n1", step=5, loss="nan", grad_norm="nan"))]
     [([2], ['n1'])]
     """
 
     consumes = frozenset({"step"})
 
-    def __init__(self, *, instance: str = "nan", settle_s: float = 1.0, max_jobs: int = 10_000) -> None:
+    def __init__(self, *, instance: str = "nan", settle_s: float = 1.0, skew_s: float = 2.0,
+                 max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)
         self.settle_s = settle_s
+        self.skew_s = skew_s
+        self._window = settle_s + 2 * skew_s
         self._open: Bounded[str, tuple[int, int, int]] = Bounded(max_jobs)  # job -> reported (attempt, step, rank)
         self._pending: dict[str, _First] = {}
+        self._world: Bounded[str, set[int]] = Bounded(max_jobs)  # job -> ranks seen reporting steps
 
     def observe(self, record: Record) -> list[Anomaly]:
         if not isinstance(record, TrainingStep):
             return []
+        ranks = self._world.get(record.job)
+        if ranks is None:
+            self._world[record.job] = ranks = set()
+        ranks.add(record.rank)
         if self._pending:  # any job's steps move event time on: report what has settled
             due = self._due(record)
             if due:
@@ -97,18 +117,30 @@ class NanDetector(Detector):
             return []
         first = self._pending.get(record.job)
         if first is None or record.attempt > first.attempt:
-            self._pending[record.job] = _First(record, bad)
+            self._pending[record.job] = first = _First(record, bad)
         elif record.attempt == first.attempt and _order(record.step, bad, record.ts) < _order(first.step, first.fields,
                                                                                               first.ts):
-            seen = first.seen
+            seen, heard = first.seen, first.heard
             self._pending[record.job] = first = _First(record, bad)
-            first.seen = seen
+            first.seen, first.heard = seen, heard
+        return self._heard(first, record)
+
+    def _heard(self, first: _First, record: TrainingStep) -> list[Anomaly]:
+        """Every rank's record of the NaN's step is in: nothing earlier can still arrive, report now."""
+        if record.step == first.step and record.attempt == first.attempt:
+            first.heard.add(record.rank)
+            if len(first.heard) >= len(self._world.get(record.job, ())) >= 2:
+                return self._report(record.job, record.ts)
         return []
 
     def _healthy(self, record: TrainingStep) -> list[Anomaly]:
         first = self._pending.get(record.job)
         if first is not None and record.step > first.step + 1:
             return self._report(record.job, record.ts)  # the job moved on: nothing earlier can still arrive
+        if first is not None:
+            found = self._heard(first, record)
+            if found:
+                return found
         episode = self._open.get(record.job)
         if episode is not None and (record.attempt != episode[0] or
                                     (record.step > episode[1] and record.rank == episode[2])):
@@ -124,7 +156,7 @@ class NanDetector(Detector):
     def tick(self, ts: float) -> list[Anomaly]:
         if not self._pending:
             return []
-        due = [job for job, first in self._pending.items() if ts - first.seen >= self.settle_s]
+        due = [job for job, first in self._pending.items() if ts - first.seen >= self._window]
         return [a for job in sorted(due) for a in self._report(job, ts)]
 
     def _report(self, job: str, now: float) -> list[Anomaly]:
@@ -146,7 +178,7 @@ class NanDetector(Detector):
         ]
 
     def state_size(self) -> int:
-        return len(self._open) + len(self._pending)
+        return len(self._open) + len(self._pending) + sum(len(r) for r in self._world.values())
 
 
 def _order(step: int, fields: list[str], ts: float) -> tuple[int, int, float]:

@@ -133,6 +133,12 @@ class StragglerTracker:
             return [], [], "none"
         return ranks, sorted({p.node_of[r] for r in ranks}), "peers"
 
+    def ranks_on(self, job: str, nodes: list[str]) -> list[int]:
+        """The job's ranks running on `nodes` (a node-level culprit slows all of them)."""
+        p = self._jobs.get(job)
+        wanted = set(nodes)
+        return sorted(r for r, n in p.node_of.items() if n in wanted) if p is not None else []
+
     def nodes(self, job: str) -> list[str]:
         """Every node the job's ranks were seen on."""
         p = self._jobs.get(job)
@@ -183,8 +189,8 @@ class GpuSlowSignals:
         """
         slow = {n for n in nodes if n in self._slow and ts - self._slow[n][0] <= self.keep_s}
         clocks = {n: self._clock[n][1] for n in nodes if n in self._clock and ts - self._clock[n][0] <= self.keep_s}
-        if len(clocks) >= 3:
-            typical = median(clocks.values())
+        if len(clocks) >= 2:  # of two nodes, the faster one is the reference
+            typical = median(clocks.values()) if len(clocks) >= 3 else max(clocks.values())
             slow |= {n for n, r in clocks.items() if r < self.peer_ratio * typical}
         systemic = len(nodes) >= 4 and len(slow) * 4 > len(nodes)
         return [] if systemic else sorted(slow)

@@ -5,6 +5,21 @@ drive: `process(record)` returns (anomalies, incidents). It keeps the
 newest event time seen and ticks time-based detectors as event time moves,
 at most once per `tick_every_s` of event time, so a hang fires even though
 the hung job itself sends nothing.
+
+Offline (backtest) the file is in event-time order, so the newest record
+is the time. Live, records of several partitions interleave and one may be
+far ahead of another; the worker then sets `time_limit` to its guarded
+watermark (streams.watermark) so that no record moves time past what every
+partition has reached, and calls `advance` as that watermark moves.
+
+It also joins nodes to jobs. A node agent started by a DaemonSet does not
+know which job runs on its machine, so its GPU, RDMA and log records come
+with `job=""`. The pipeline learns each node's current job from the job's
+`JobTopology` and from records that carry both (steps, heartbeats, phases,
+stacks sent by `trainguard run` agents), and stamps that job on jobless
+node records before any detector sees them: a node-level fault on a node
+running job J is an incident of J. A node in no job keeps `job=""`; its
+incidents still name the node, so it can be cordoned.
 """
 
 from __future__ import annotations
@@ -12,12 +27,64 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
+import msgspec
+
 from detectors.base import Detector
 from detectors.correlate import IncidentCorrelator
 from detectors.registry import build
 from detectors.settings import DetectorSettings
-from schemas.records import Anomaly, Incident, Record
+from schemas.records import (
+    Anomaly,
+    Heartbeat,
+    Incident,
+    JobTopology,
+    LogEvent,
+    NodeGpuSample,
+    PhaseChange,
+    RdmaSample,
+    Record,
+    StackSample,
+    TrainingStep,
+)
 from schemas.topics import tag_of
+
+# Records that name their job and node: they tell which job a node runs.
+_TEACH_JOB = (TrainingStep, Heartbeat, PhaseChange, StackSample)
+# Node records a DaemonSet agent may send without a job.
+_NEED_JOB = (NodeGpuSample, RdmaSample, LogEvent)
+
+
+class NodeJobIndex:
+    """Which job each node runs now, learned from the training stream.
+
+    >>> idx = NodeJobIndex()
+    >>> idx.learn(JobTopology(ts=1.0, job="j", world_size=2, rank_nodes={0: "n0", 1: "n1"}))
+    >>> idx.job_of("n1"), idx.job_of("n9")
+    ('j', '')
+    """
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, str] = {}
+
+    def learn(self, record: Record) -> None:
+        """Update the index from a record that names job and node(s)."""
+        if isinstance(record, JobTopology):
+            for node in record.rank_nodes.values():
+                if node:
+                    self.jobs[node] = record.job
+            return
+        node, job = getattr(record, "node", ""), getattr(record, "job", "")
+        if node and job and self.jobs.get(node) != job:
+            self.jobs[node] = job
+
+    def job_of(self, node: str) -> str:
+        """The node's current job, or "" when it runs none we know of."""
+        return self.jobs.get(node, "")
+
+    def stamp(self, record: Record) -> Record:
+        """`record` with its node's job filled in, when it has none."""
+        job = self.jobs.get(record.node, "") if not record.job else ""  # type: ignore[attr-defined]
+        return msgspec.structs.replace(record, job=job) if job else record
 
 
 class DetectionPipeline:
@@ -34,6 +101,7 @@ class DetectionPipeline:
         self.correlator = correlator or IncidentCorrelator()
         self.tick_every_s = tick_every_s
         self.watermark = float("-inf")
+        self.time_limit = float("inf")  # the worker's guarded watermark; unbounded offline
         self._last_tick = float("-inf")
         self._routes: dict[str, list[Detector]] = defaultdict(list)
         for det in self.detectors:
@@ -41,6 +109,9 @@ class DetectionPipeline:
                 self._routes[tag].append(det)
         self._by_type: dict[type, list[Callable[[Record], list[Anomaly]]]] = {}
         self._tickers = [d for d in self.detectors if type(d).tick is not Detector.tick]
+        self.nodes = NodeJobIndex()
+        self._learns = frozenset((*_TEACH_JOB, JobTopology))
+        self._stamps = frozenset(_NEED_JOB)
 
     @classmethod
     def from_settings(cls, settings: DetectorSettings) -> DetectionPipeline:
@@ -53,10 +124,15 @@ class DetectionPipeline:
         anomalies: list[Anomaly] = []
         ts = record.ts
         if ts > self.watermark:
-            self.watermark = ts
-        route = self._by_type.get(record.__class__)
+            self.watermark = ts if ts < self.time_limit else max(self.watermark, self.time_limit)
+        cls = record.__class__
+        if cls in self._learns:
+            self.nodes.learn(record)
+        elif cls in self._stamps and not record.job:  # type: ignore[attr-defined]
+            record = self.nodes.stamp(record)
+        route = self._by_type.get(cls)
         if route is None:
-            route = self._by_type[record.__class__] = [d.observe for d in self._routes.get(tag_of(record), [])]
+            route = self._by_type[cls] = [d.observe for d in self._routes.get(tag_of(record), [])]
         for observe in route:
             found = observe(record)
             if found:

@@ -17,6 +17,10 @@ Two questions, answered separately:
    PageHinkley, which is scale-dependent and trips on checkpoint steps.
 2. *Who is slow?* Peers at the same step (`detectors.peers.StragglerTracker`)
    and GPU signals (thermal/power throttling, clocks below max).
+
+A slow whole-job slide that the trailing baseline follows is caught by
+`detectors.trend.DeclineTracker` (blocks of `decline_block_s` against the
+job's fastest recent block); it is reported job-wide, naming no node.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 from detectors.base import Detector
 from detectors.common import Bounded, Rolling, finding, median
 from detectors.peers import GpuSlowSignals, StragglerTracker
+from detectors.trend import DeclineTracker
 from schemas.records import Anomaly, NodeGpuSample, Record, TrainingStep
 
 GUARD = 5  # the newest steps stay out of the baseline, so a fresh slowdown does not teach it
@@ -86,6 +91,9 @@ class SlowdownDetector(Detector):
         accept_s: float = 3600.0,
         localise_wait_s: float = 45.0,
         straggler_z: float = 4.0,
+        decline_rel: float = 0.08,
+        decline_block_s: float = 300.0,
+        decline_confirm: int = 2,
         max_jobs: int = 10_000,
     ) -> None:
         super().__init__(instance=instance)
@@ -101,6 +109,11 @@ class SlowdownDetector(Detector):
         self._series: Bounded[str, _Series] = Bounded(max_jobs)
         self._peers = StragglerTracker(z=straggler_z, max_jobs=max_jobs)
         self._gpu = GpuSlowSignals()
+        self.decline_rel = decline_rel
+        self.decline_block_s = decline_block_s
+        self.decline_confirm = decline_confirm
+        self._trend = DeclineTracker(block_s=decline_block_s, rel=decline_rel, confirm=decline_confirm,
+                                     accept_s=accept_s, max_jobs=max_jobs)
 
     def observe(self, record: Record) -> list[Anomaly]:
         if isinstance(record, TrainingStep):
@@ -126,7 +139,14 @@ class SlowdownDetector(Detector):
         s.last_step, s.last_ts = rec.step, rec.ts
         if value <= 0:
             return []
-        return self._update(s, rec, value)
+        out = self._update(s, rec, value)
+        decline = self._trend.add(rec.job, rec.attempt, rec.ts, value)
+        if decline is not None and s.episode is None and not out:
+            onset, rel, ref = decline
+            out.append(finding(self.instance, "slowdown", ts=rec.ts, onset=onset, job=rec.job, step=rec.step,
+                               key=("decline", onset), evidence={"slowdown": round(rel, 4), "baseline": ref,
+                                                                  "localised_by": "none", "cause": "gradual_decline"}))
+        return out
 
     def _update(self, s: _Series, rec: TrainingStep, value: float) -> list[Anomaly]:
         s.recent.append((rec.ts, value))
@@ -190,6 +210,7 @@ class SlowdownDetector(Detector):
         if not nodes:
             nodes = self._gpu.slow_nodes(self._peers.nodes(rec.job), rec.ts)
             how = "gpu_signals" if nodes else "none"
+            ranks = self._peers.ranks_on(rec.job, nodes)  # a throttled GPU node slows every rank on it
         evidence = {"slowdown": round(recent / base - 1, 4), "baseline": base, "recent": recent,
                     "localised_by": how, "gpu": self._gpu.evidence(nodes, rec.ts)}
         return finding(self.instance, "slowdown", ts=rec.ts, onset=onset, job=rec.job, nodes=nodes, ranks=ranks,
@@ -197,4 +218,4 @@ class SlowdownDetector(Detector):
 
     def state_size(self) -> int:
         return sum(len(s.recent) + len(s.base) + 1 for s in self._series.values()) + self._peers.size() + \
-            self._gpu.size()
+            self._gpu.size() + self._trend.size()

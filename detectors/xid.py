@@ -31,6 +31,7 @@ class XidClass(NamedTuple):
 FATAL: dict[int, str] = {
     32: "invalid or corrupted push buffer stream (PCIe/bus corruption)",
     38: "driver firmware error",
+    46: "GPU stopped processing (catalog: reset the GPU, then service if it recurs)",
     48: "double-bit ECC error",
     54: "auxiliary power is not connected",
     61: "internal micro-controller breakpoint/warning",
@@ -72,8 +73,17 @@ APPLICATION: dict[int, str] = {
 }
 
 
-def classify(code: int) -> XidClass:
-    """The class of one XID code."""
+# XID 154 reports a change of the GPU's recovery action; its text names the action.
+RECOVERY_XID = 154
+RECOVERY_NONE = ("None", "none")
+
+
+def classify(code: int, message: str = "") -> XidClass:
+    """The class of one XID code (154 is judged by the recovery action its message names)."""
+    if code == RECOVERY_XID:
+        if message and not any(word in message for word in RECOVERY_NONE):
+            return XidClass(code, "fatal", f"GPU recovery action required: {message}")
+        return XidClass(code, "application", "GPU recovery action changed to none")
     if code in FATAL:
         return XidClass(code, "fatal", FATAL[code])
     if code in APPLICATION:
@@ -81,6 +91,8 @@ def classify(code: int) -> XidClass:
     return XidClass(code, "unknown", "not in the fatal or application tables")
 
 
-def is_fatal(code: int, extra_fatal: frozenset[int] = frozenset()) -> bool:
+def is_fatal(code: int, extra_fatal: frozenset[int] = frozenset(), message: str = "") -> bool:
     """Whether one occurrence of `code` justifies taking the GPU out."""
+    if code == RECOVERY_XID:
+        return classify(code, message).severity == "fatal" or code in extra_fatal
     return code in FATAL or code in extra_fatal

@@ -27,9 +27,13 @@ TOPIC_RECORDS: dict[str, tuple[str, ...]] = {
     "actions": ("action_command",),
     "action-results": ("action_result",),
     "audit": ("audit",),
+    "operator": ("operator_command",),
     "dead-letter": ("dead_letter",),
 }
 TOPIC_OF_TAG: dict[str, str] = {tag: topic for topic, tags in TOPIC_RECORDS.items() for tag in tags}
+# The worker's own topics, holding no records: its detector-state changelog (compacted).
+STATE_TOPICS: tuple[str, ...] = ("worker-state",)
+TOPIC_CONFIGS: dict[str, dict[str, str]] = {"worker-state": {"cleanup.policy": "compact"}}
 INPUT_TOPICS: tuple[str, ...] = ("training", "checkpoints", "gpu", "rdma", "logs")
 
 
@@ -45,8 +49,8 @@ class Topics:
 
     def name(self, logical: str) -> str:
         """The physical name of a logical topic."""
-        if logical not in TOPIC_RECORDS:
-            raise KeyError(f"unknown topic {logical!r}; known: {', '.join(TOPIC_RECORDS)}")
+        if logical not in TOPIC_RECORDS and logical not in STATE_TOPICS:
+            raise KeyError(f"unknown topic {logical!r}; known: {', '.join((*TOPIC_RECORDS, *STATE_TOPICS))}")
         return self.prefix + logical
 
     def for_record(self, record: Record) -> str:
@@ -55,7 +59,11 @@ class Topics:
 
     def all(self) -> list[str]:
         """Every physical topic name."""
-        return [self.prefix + t for t in TOPIC_RECORDS]
+        return [self.prefix + t for t in (*TOPIC_RECORDS, *STATE_TOPICS)]
+
+    def configs(self) -> dict[str, dict[str, str]]:
+        """Topic-level settings by physical name (the changelog is compacted)."""
+        return {self.prefix + t: c for t, c in TOPIC_CONFIGS.items()}
 
     def logical(self, physical: str) -> str:
         """Inverse of `name`: strip the prefix."""

@@ -4,31 +4,78 @@
 that fails becomes a `DeadLetter` carrying the reason and the original
 bytes, so nothing is silently dropped and nothing crashes the worker. Good
 records go to the `DetectionPipeline`; its anomalies and incidents come back
-as encoded messages for the output topics. The Faust agents, the live
-benchmark and the tests all drive this one class.
+as encoded messages for the output topics. The worker's batch loop, the
+benchmarks and the tests all drive this one class.
+
+A fetch is handled by `process_fetch`: each partition's messages are
+decoded and judged by the `EventClock` (a record dated too far ahead is
+held or dead-lettered, never moving time), the accepted records of all
+partitions are merged in event-time order, and the pipeline's time is
+capped at the guarded watermark. Messages are read straight from the Kafka
+client's records (anything with topic/value/key/partition/offset/timestamp
+in ms); nothing is copied per message.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from detectors.pipeline import DetectionPipeline
 from schemas.codec import Codec, DecodeError
 from schemas.records import Anomaly, DeadLetter, Incident, Record
 from schemas.topics import TOPIC_RECORDS, Topics, key_for, tag_of
+from streams.watermark import EventClock
+
+# Dead letters keep at most this much of the original (base64 grows it by a
+# third); the rest stays findable at (topic, partition, offset) with its digest.
+DEAD_LETTER_KEEP_BYTES = 256 << 10
+
+
+class Message(Protocol):
+    """A consumed Kafka message, as aiokafka's ConsumerRecord has it (timestamp in ms)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
 
 
 @dataclass(frozen=True)
 class RawMessage:
-    """One consumed Kafka message."""
+    """One consumed Kafka message built by hand (tests, tools); timestamp in ms like Kafka's."""
 
     topic: str
     value: bytes | None
     key: bytes | None = None
     partition: int = -1
     offset: int = -1
-    timestamp: float = 0.0
+    timestamp: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class Pending:
+    """A decoded record waiting for the event clock's verdict; equal when the bytes are."""
+
+    record: Record
+    message: Message
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Pending) and self.message.value == other.message.value
+
+    def __hash__(self) -> int:
+        return hash(self.message.value)
 
 
 @dataclass(frozen=True)
@@ -61,7 +108,7 @@ class MessageProcessor:
         self.stats = ProcessorStats()
         self._logical: dict[str, str] = {}  # physical -> logical topic name, cached (hot path)
 
-    def process(self, message: RawMessage) -> list[OutMessage]:
+    def process(self, message: Message) -> list[OutMessage]:
         """Handle one message; never raises on bad input."""
         self.stats.processed += 1
         logical = self._logical.get(message.topic) or self._logical.setdefault(
@@ -74,19 +121,69 @@ class MessageProcessor:
         anomalies, incidents = self.pipeline.process(record)
         return self._outputs(anomalies, incidents)
 
-    def process_batch(self, messages: list[RawMessage]) -> list[OutMessage]:
-        """Handle a batch in order (amortises per-call overhead)."""
+    def process_batch(self, messages: Sequence[Message]) -> list[OutMessage]:
+        """Handle a batch in order, event time from the records (tests, one partition)."""
         out: list[OutMessage] = []
         for message in messages:
             out.extend(self.process(message))
         return out
+
+    def process_fetch(self, fetched: Mapping[Hashable, Sequence[Message]], clock: EventClock[Any]) -> list[OutMessage]:
+        """Handle one fetch of several partitions under the guarded event clock."""
+        out: list[OutMessage] = []
+        accepted: list[tuple[float, Pending]] = []
+        stats = self.stats
+        for tp, messages in fetched.items():
+            if not messages:
+                continue
+            logical = self._logical_of(messages[0].topic)
+            stats.processed += len(messages)
+            stats.by_topic[logical] = stats.by_topic.get(logical, 0) + len(messages)
+            admit = clock.admit
+            for message in messages:
+                try:
+                    record = self._decode(message, logical)
+                except DecodeError as exc:
+                    out.append(self._dead_letter(message, str(exc)))
+                    continue
+                verdict = admit(tp, record.ts, message.timestamp / 1000.0, Pending(record, message))
+                if verdict.accept:
+                    accepted.extend(verdict.accept)
+                for pending, reason in verdict.reject:
+                    out.append(self._dead_letter(pending.message, reason))
+        if len(fetched) > 1:
+            accepted.sort(key=_first)
+        pipeline = self.pipeline
+        pipeline.time_limit = limit = clock.watermark()
+        process = pipeline.process
+        for _, pending in accepted:
+            anomalies, incidents = process(pending.record)
+            if anomalies:
+                out.extend(self._outputs(anomalies, incidents))
+        if limit > pipeline.watermark and limit != float("inf"):
+            out.extend(self.advance(limit))
+        return out
+
+    def advance_to(self, clock: EventClock[Any]) -> list[OutMessage]:
+        """Move time to the clock's watermark when no message came (idle partitions, silence)."""
+        limit = clock.watermark()
+        self.pipeline.time_limit = limit
+        if limit > self.pipeline.watermark and limit != float("inf"):
+            return self.advance(limit)
+        return []
+
+    def _logical_of(self, topic: str) -> str:
+        logical = self._logical.get(topic)
+        if logical is None:
+            logical = self._logical[topic] = self.topics.logical(topic)
+        return logical
 
     def advance(self, ts: float) -> list[OutMessage]:
         """Advance event time with no message (idle ticks)."""
         anomalies, incidents = self.pipeline.advance(ts)
         return self._outputs(anomalies, incidents)
 
-    def _decode(self, message: RawMessage, logical: str) -> Record:
+    def _decode(self, message: Message, logical: str) -> Record:
         if message.value is None:
             raise DecodeError("empty message (tombstone)")
         record: Record = self.codec.decode(message.value)
@@ -95,16 +192,22 @@ class MessageProcessor:
             raise DecodeError(f"record type {tag_of(record)!r} does not belong on topic {logical!r}", "type")
         return record
 
-    def _dead_letter(self, message: RawMessage, reason: str) -> OutMessage:
+    def _dead_letter(self, message: Message, reason: str) -> OutMessage:
+        """A dead letter that always fits a Kafka message: big originals are cut, with digest and size."""
         self.stats.dead_lettered += 1
+        value = message.value or b""
+        kept = value[:DEAD_LETTER_KEEP_BYTES]
         letter = DeadLetter(
-            ts=message.timestamp,
+            ts=message.timestamp / 1000.0,
             source_topic=message.topic,
             reason=reason,
-            original_b64=base64.b64encode(message.value or b"").decode(),
+            original_b64=base64.b64encode(kept).decode(),
             partition=message.partition,
             offset=message.offset,
-            key_b64=base64.b64encode(message.key or b"").decode(),
+            key_b64=base64.b64encode((message.key or b"")[:1024]).decode(),
+            original_size=len(value),
+            truncated=len(kept) < len(value),
+            sha256=hashlib.sha256(value).hexdigest(),
         )
         return OutMessage(self.topics.name("dead-letter"), message.key or b"", self.codec.encode(letter))
 
@@ -116,3 +219,7 @@ class MessageProcessor:
         out = [OutMessage(self.topics.name("anomalies"), key_for(a), self.codec.encode(a)) for a in anomalies]
         out += [OutMessage(self.topics.name("incidents"), key_for(i), self.codec.encode(i)) for i in incidents]
         return out
+
+
+def _first(item: tuple[float, Pending]) -> float:
+    return item[0]

@@ -20,13 +20,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import msgspec
 
 from schemas.codec import RECORD_TYPES, AnyRecord, Codec, DecodeError, record_tag
 from schemas.records import SCHEMA_VERSION, Record
 from schemas.topics import INPUT_TOPICS, TOPIC_OF_TAG, Topics, key_for, tag_of
+
+if TYPE_CHECKING:
+    from trainguard.settings import BrokerSettings
 
 
 class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
@@ -144,7 +147,7 @@ class ReplayStats:
     skipped: int = 0
 
 
-def replay(path: Path | str, *, servers: str, topics: Topics, speed: float | None = None,
+def replay(path: Path | str, *, broker: BrokerSettings | str, topics: Topics, speed: float | None = None,
            on_error: Callable[[RecordingError], None] | None = None,
            sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> ReplayStats:
     """Publish a recording to Kafka, keeping the order per key.
@@ -155,7 +158,7 @@ def replay(path: Path | str, *, servers: str, topics: Topics, speed: float | Non
     `on_error`, the whole file is validated first, so a bad line stops the
     replay before anything is sent rather than halfway through.
     """
-    from kafka import KafkaProducer
+    from streams import kafka_io
 
     codec = Codec()
     stats = ReplayStats()
@@ -170,8 +173,7 @@ def replay(path: Path | str, *, servers: str, topics: Topics, speed: float | Non
         else:
             raise err
 
-    producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=5,
-                             max_in_flight_requests_per_connection=1, retries=5)
+    producer = kafka_io.producer(kafka_io.as_broker(broker), max_in_flight_requests_per_connection=1, retries=5)
     try:
         first_ts: float | None = None
         wall0 = clock()
@@ -195,7 +197,7 @@ class RecordStats:
     rejected: int = 0
 
 
-def record(out: Path | str, *, servers: str, topics: Topics, logical: Iterable[str] = INPUT_TOPICS,
+def record(out: Path | str, *, broker: BrokerSettings | str, topics: Topics, logical: Iterable[str] = INPUT_TOPICS,
            timeout_s: float | None = None, max_events: int | None = None, from_beginning: bool = True,
            clock: Callable[[], float] = time.monotonic) -> RecordStats:
     """Dump topics into a recording until `timeout_s` passes or `max_events` are written.
@@ -204,15 +206,18 @@ def record(out: Path | str, *, servers: str, topics: Topics, logical: Iterable[s
     their topic, partition, offset and reason, to `<out>.rejected.jsonl`.
     Raises `LookupError` when none of the topics exists.
     """
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
+
+    from streams import kafka_io
 
     codec, stats = Codec(), RecordStats()
     names = {topics.name(t): t for t in logical}
-    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, consumer_timeout_ms=500)
+    settings = kafka_io.as_broker(broker)
+    consumer = kafka_io.consumer(settings, consumer_timeout_ms=500)
     try:
         parts = [TopicPartition(n, p) for n in names for p in sorted(consumer.partitions_for_topic(n) or ())]
         if not parts:
-            raise LookupError(f"none of the topics {', '.join(names)} exists on {servers}")
+            raise LookupError(f"none of the topics {', '.join(names)} exists on {settings.servers}")
         consumer.assign(parts)
         if from_beginning:
             consumer.seek_to_beginning(*parts)

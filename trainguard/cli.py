@@ -33,6 +33,7 @@ COMMANDS: tuple[str, ...] = (
     "ettr-sim",
     "detectors",
     "demo",
+    "ui",
 )
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actions.executors import kubernetes_objects as objects
-from actions.executors.base import Clock
+from actions.executors.base import K8S_NODE, Clock, invalid_nodes, refused
 from schemas.records import ActionCommand, ActionResult
 
 
@@ -82,6 +82,8 @@ class KubernetesExecutor:
         """Cordon+taint+drain, cordon, or uncordon each target node."""
         from kubernetes.client.exceptions import ApiException
 
+        if why := invalid_nodes(targets or command.nodes, K8S_NODE):
+            return refused(command, why, ts=self.clock())
         reason = str(command.params.get("reason", command.action))
         note = f"trainguard {command.action}: {reason} (incident {command.incident_id or '-'}, command {command.id})"
         done: dict[str, Any] = {}

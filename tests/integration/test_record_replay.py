@@ -46,9 +46,9 @@ def test_replay_then_record_gives_back_every_event_in_per_key_order(kafka: str, 
     assert len({e.topic for e in original}) >= 4 and len({e.key for e in original}) >= 4
     topics = Topics(topic_prefix)
     ensure_topics(kafka, topics.all(), partitions=2, replication=1)
-    stats = replay(tmp_path / "in.jsonl", servers=kafka, topics=topics, speed=None)
+    stats = replay(tmp_path / "in.jsonl", broker=kafka, topics=topics, speed=None)
     assert stats.sent == len(original)
-    got = record(tmp_path / "out.jsonl", servers=kafka, topics=topics, timeout_s=90, max_events=len(original))
+    got = record(tmp_path / "out.jsonl", broker=kafka, topics=topics, timeout_s=90, max_events=len(original))
     assert (got.written, got.rejected) == (len(original), 0)
     back = list(read_recording(tmp_path / "out.jsonl"))
     assert per_key(back) == per_key(original)
@@ -64,7 +64,7 @@ def test_replay_paces_by_event_time(kafka: str, topic_prefix: str, tmp_path: Pat
     def sleep(s: float) -> None:
         now[0] += s
 
-    replay(tmp_path / "in.jsonl", servers=kafka, topics=topics, speed=50.0, sleep=sleep, clock=lambda: now[0])
+    replay(tmp_path / "in.jsonl", broker=kafka, topics=topics, speed=50.0, sleep=sleep, clock=lambda: now[0])
     assert now[0] == pytest.approx((original[-1].ts - original[0].ts) / 50.0, rel=1e-6)
 
 

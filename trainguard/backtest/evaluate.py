@@ -19,7 +19,7 @@ from detectors.pipeline import DetectionPipeline
 from detectors.settings import DetectorSettings
 from schemas.records import ANOMALY_KINDS
 from streams.recording import write_recording
-from trainguard.backtest.report import build_report, markdown, write_report
+from trainguard.backtest.report import build_report, cell, markdown, write_report
 from trainguard.backtest.runner import run_backtest
 from trainguard.backtest.scoring import DEFAULT_GRACE_S, KindTally, Score, score
 from trainguard.simulate import load_scenario, run_scenario
@@ -36,11 +36,14 @@ def evaluate(scenario_dir: Path, out_dir: Path, detectors: DetectorSettings, *, 
         raise FileNotFoundError(f"no scenario files (*.yaml) in {scenario_dir}")
     pooled = {k: KindTally() for k in ANOMALY_KINDS}
     variants: dict[str, dict[str, int]] = {}
+    shapes: dict[str, KindTally] = {}
     scenarios: list[dict[str, Any]] = []
     for file in files:
         row, scored = _one(file, out_dir, detectors, grace_s)
         for kind, tally in scored.tallies.items():
             pooled.setdefault(kind, KindTally()).add(tally)
+        for key, tally in scored.shapes.items():
+            shapes.setdefault(key, KindTally()).add(tally)
         for key, (faults, detected) in scored.variants.items():
             counts = variants.setdefault(key, {"faults": 0, "detected": 0})
             counts["faults"] += faults
@@ -52,6 +55,7 @@ def evaluate(scenario_dir: Path, out_dir: Path, detectors: DetectorSettings, *, 
     report = {"scenario_dir": str(scenario_dir), "grace_s": grace_s, "scenarios": scenarios,
               "per_kind": {k: t.summary() for k, t in pooled.items()},
               "per_variant": dict(sorted(variants.items())),
+              "per_shape": {k: t.summary() for k, t in sorted(shapes.items())},
               "quiet_incidents": sum(s["incidents"] for s in scenarios if s["faults"] == 0)}
     report["meets_targets"] = _targets(report["per_kind"])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -103,6 +107,13 @@ def _markdown(report: dict[str, Any]) -> str:
              "Meets targets (precision >= 0.95, recall >= 0.95, every detection within its latency target):", ""]
     lines += [f"- {kind}: {'yes' if ok else ('n/a' if ok is None else 'NO')}"
               for kind, ok in report["meets_targets"].items()]
+    lines += ["", "Per fault shape (precision is per kind above: a false alarm has no shape):", "",
+              "| shape | faults | detected | recall | latency p50 s | latency p95 s | within target | right node | "
+              "localised |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {shape} | {row['labels']} | {row['detected']} | {cell(row['recall'])} | "
+              f"{cell(row['latency_median_s'])} | {cell(row['latency_p95_s'])} | "
+              f"{cell(row['within_latency_target'])} | {cell(row['node_accuracy'])} | "
+              f"{cell(row['localisation_accuracy'])} |" for shape, row in report.get("per_shape", {}).items()]
     lines += ["", "| scenario | events | faults | incidents | missed | unmatched | backtest s | events/s |",
               "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {s['scenario']} | {s['events']} | {s['faults']} | {s['incidents']} | {s['missed']} | "

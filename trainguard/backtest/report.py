@@ -38,6 +38,7 @@ def build_report(result: BacktestResult, score: Score, *, recording: str, grace_
         "grace_s": grace_s,
         "per_kind": score.per_kind(),
         "per_variant": {k: {"faults": v[0], "detected": v[1]} for k, v in sorted(score.variants.items())},
+        "per_shape": score.per_shape(),
         "missed_labels": score.missed,
         "false_positives": [{k: i[k] for k in ("id", "kind", "detected_at", "nodes", "ranks")}
                             for i in false_positives],
@@ -56,7 +57,7 @@ def markdown(report: dict[str, Any], title: str = "Backtest report") -> str:
     lines.append("|---" * (len(COLUMNS) + 1) + "|")
     for kind, row in report["per_kind"].items():
         if row["labels"] or row["incidents"]:
-            lines.append(f"| {kind} | " + " | ".join(_cell(row[k]) for k, _ in COLUMNS) + " |")
+            lines.append(f"| {kind} | " + " | ".join(cell(row[k]) for k, _ in COLUMNS) + " |")
     variants = report.get("per_variant") or {}
     if variants:
         lines += ["", "Detected per fault variant: " + ", ".join(
@@ -71,7 +72,7 @@ def markdown(report: dict[str, Any], title: str = "Backtest report") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):

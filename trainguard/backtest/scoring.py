@@ -4,7 +4,9 @@ Matching rule: an incident matches a label of the same `kind` and `job`
 whose window `[start, end + grace_s]` contains the incident's `detected_at`.
 The grace (default 120 s) covers detectors that confirm a fault just after
 the job was already recovering, without letting an unrelated later
-incident count as a detection.
+incident count as a detection. Labels are in true time while event times
+are host clocks, so the window also opens `skew_s` (default 2 s, the
+fleet's clock-skew bound) before the start.
 
 * recall: labels with at least one matching incident / labels.
 * precision: incidents matching some label / incidents.
@@ -27,6 +29,7 @@ from schemas.records import ANOMALY_KINDS
 
 EVICTING_KINDS = frozenset({"hw_fault", "network", "hang", "slowdown", "sdc"})
 DEFAULT_GRACE_S = 120.0
+DEFAULT_SKEW_S = 2.0
 
 
 @dataclass
@@ -82,13 +85,18 @@ class Score:
     matches: dict[str, str | None]  # incident id -> label id (None: false positive)
     missed: list[str]  # label ids never detected
     variants: dict[str, list[int]] = field(default_factory=dict)  # "kind/variant" -> [faults, detected]
+    shapes: dict[str, KindTally] = field(default_factory=dict)  # "kind/variant" -> its own tally
+
+    def per_shape(self) -> dict[str, dict[str, Any]]:
+        """Recall, latency and localisation per fault shape (precision is per kind: a false alarm has no shape)."""
+        return {k: t.summary() for k, t in sorted(self.shapes.items())}
 
     def per_kind(self) -> dict[str, dict[str, Any]]:
         return {k: t.summary() for k, t in self.tallies.items()}
 
 
 def score(labels: list[dict[str, Any]], incidents: list[dict[str, Any]], *,
-          grace_s: float = DEFAULT_GRACE_S) -> Score:
+          grace_s: float = DEFAULT_GRACE_S, skew_s: float = DEFAULT_SKEW_S) -> Score:
     """Match incidents to labels and tally every figure per kind.
 
     >>> lab = [{"id": "f1", "kind": "nan", "job": "j", "start": 10.0, "end": 50.0, "nodes": ["n1"], "ranks": [3]}]
@@ -109,24 +117,30 @@ def score(labels: list[dict[str, Any]], incidents: list[dict[str, Any]], *,
         tally = tallies.setdefault(inc["kind"], KindTally())
         tally.incidents += 1
         label = next((lab for lab in by_key.get((inc["kind"], inc["job"]), ())
-                      if lab["start"] <= inc["detected_at"] <= lab["end"] + grace_s), None)
+                      if lab["start"] - skew_s <= inc["detected_at"] <= lab["end"] + grace_s), None)
         matches[inc["id"]] = label["id"] if label else None
         if label is not None:
             tally.matched_incidents += 1
             first.setdefault(label["id"], inc)
         if inc["kind"] in EVICTING_KINDS and set(inc.get("nodes", ())) - set(label["nodes"] if label else ()):
             tally.false_evictions += 1
+    shapes: dict[str, KindTally] = {}
     for lab in labels:
+        shape = shapes.setdefault(f"{lab['kind']}/{lab.get('variant', '-')}", KindTally())
+        shape.labels += 1
         detection = first.get(lab["id"])
         if detection is not None:
             _tally_detection(tallies[lab["kind"]], lab, detection)
+            _tally_detection(shape, lab, detection)
+            shape.incidents += 1
+            shape.matched_incidents += 1
     missed = [lab["id"] for lab in labels if lab["id"] not in first]
     variants: dict[str, list[int]] = {}
     for lab in labels:
         counts = variants.setdefault(f"{lab['kind']}/{lab.get('variant', '-')}", [0, 0])
         counts[0] += 1
         counts[1] += lab["id"] in first
-    return Score(tallies, matches, missed, variants)
+    return Score(tallies, matches, missed, variants, shapes)
 
 
 def _tally_detection(tally: KindTally, lab: dict[str, Any], inc: dict[str, Any]) -> None:

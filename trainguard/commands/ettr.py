@@ -63,27 +63,21 @@ def _records(args: argparse.Namespace, settings: Settings) -> Iterator[Record]:
 
 def _from_topics(settings: Settings) -> Iterator[Record]:
     """Every record of the accounted topics, from the beginning to their current end."""
-    from kafka import KafkaConsumer
+    from kafka import TopicPartition
 
     from schemas.codec import Codec, DecodeError
     from schemas.topics import Topics
+    from streams import kafka_io
 
     topics, codec = Topics(settings.topics.prefix), Codec()
-    consumer = KafkaConsumer(bootstrap_servers=settings.broker.servers, enable_auto_commit=False)
+    consumer = kafka_io.consumer(settings.broker)
     try:
-        from kafka import TopicPartition
-
         parts = [TopicPartition(t, p) for t in (topics.name(n) for n in ("training", "incidents", "action-results"))
                  for p in sorted(consumer.partitions_for_topic(t) or [])]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        ends = consumer.end_offsets(parts)
-        while any(consumer.position(tp) < ends[tp] for tp in parts):
-            for messages in consumer.poll(timeout_ms=500).values():
-                for msg in messages:
-                    try:
-                        yield codec.decode(msg.value)
-                    except DecodeError:
-                        continue
+        for msg in kafka_io.read_to_end(consumer, parts):
+            try:
+                yield codec.decode(msg.value)
+            except DecodeError:
+                continue
     finally:
         consumer.close()

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        stats = record(args.out, servers=settings.broker.servers, topics=Topics(settings.topics.prefix),
+        stats = record(args.out, broker=settings.broker, topics=Topics(settings.topics.prefix),
                        logical=args.topics, timeout_s=args.timeout, max_events=args.max_events,
                        from_beginning=not args.from_end)
     except LookupError as exc:

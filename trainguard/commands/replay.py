@@ -48,7 +48,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"skipped {err}", file=sys.stderr)
 
     try:
-        stats = replay(args.recording, servers=settings.broker.servers, topics=topics, speed=args.speed,
+        stats = replay(args.recording, broker=settings.broker, topics=topics, speed=args.speed,
                        on_error=report if args.skip_bad else None)
     except RecordingError as exc:
         print(f"trainguard replay: {exc} (nothing was sent; --skip-bad skips such lines)", file=sys.stderr)

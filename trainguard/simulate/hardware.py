@@ -18,12 +18,13 @@ from trainguard.simulate.plan import BENIGN_XIDS, Fault
 MAX_CLOCK_MHZ = 1980.0
 DAY_S = 86_400.0
 XID_TEXT = {13: "Graphics Engine Exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
-            48: "Double Bit ECC Error", 63: "Row remapping pending", 64: "Row remapper failure",
-            79: "GPU has fallen off the bus", 92: "High single-bit ECC error rate",
-            94: "Contained ECC error", 95: "Uncontained ECC error", 119: "GSP RPC timeout"}
+            46: "GPU stopped processing", 48: "Double Bit ECC Error", 63: "Row remapping pending",
+            64: "Row remapper failure", 74: "NVLink Error", 79: "GPU has fallen off the bus",
+            92: "High single-bit ECC error rate", 94: "Contained ECC error", 95: "Uncontained ECC error",
+            119: "GSP RPC timeout", 120: "GSP Error", 140: "Unrecovered ECC Error"}
 # mode -> (GPU utilisation %, RDMA bits/s per port)
 MODE_LOAD = {"training": (97.0, 2.4e10), "checkpointing": (6.0, 6e8), "eval": (70.0, 3e9),
-             "hung": (100.0, 2e4), "down": (0.0, 1e3), "init": (12.0, 1e8), "stopped": (0.0, 1e3)}
+             "hung": (100.0, 2e4), "hung_idle": (0.0, 2e4), "down": (0.0, 1e3), "init": (12.0, 1e8), "stopped": (0.0, 1e3)}
 
 
 class NodeHardware:
@@ -62,6 +63,10 @@ class NodeHardware:
         for f in faults:
             if f.node != self.index or f.start > ts:
                 continue
+            if f.kind == "hw_fault" and f.variant == "nvml_timeout" and f.active(ts):
+                # The collector's NVML read hangs on the sick GPU: the whole sample times out.
+                return NodeGpuSample(ts=ts, node=self.name, job=self.job, nvml_ok=False,
+                                     error="NVML call timed out after 5.0s")
             if f.kind == "slowdown" and f.active(ts):
                 slow = f
             elif f.kind == "hw_fault":
@@ -133,11 +138,14 @@ class NodeHardware:
         _, rate = MODE_LOAD[mode]
         down: set[int] = set()
         burst: set[int] = set()
+        share: dict[int, float] = {}
         for f in faults:
             if f.node != self.index or f.kind != "network" or not f.active(ts):
                 continue
             port = f.gpu % self._ports
-            if f.variant == "port_down":
+            if f.variant == "degraded":  # renegotiated to a lower speed: slow, but no errors
+                share[port] = f.magnitude
+            elif f.variant == "port_down":
                 if f.id not in self._seen:
                     self._seen.add(f.id)
                     self._downed[port] += 1
@@ -147,8 +155,9 @@ class NodeHardware:
                 burst.add(port)
         ports = []
         for p in range(self._ports):
-            bps_tx = 0.0 if p in down else rate * rng.lognormvariate(0.0, 0.05)
-            bps_rx = 0.0 if p in down else rate * rng.lognormvariate(0.0, 0.05)
+            scale = 0.0 if p in down else share.get(p, 1.0)
+            bps_tx = scale * rate * rng.lognormvariate(0.0, 0.05)
+            bps_rx = scale * rate * rng.lognormvariate(0.0, 0.05)
             self._tx[p] += int(bps_tx * dt / 8)
             self._rx[p] += int(bps_rx * dt / 8)
             if p in burst:

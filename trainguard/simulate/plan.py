@@ -24,13 +24,16 @@ DEFAULT_DURATION_S: dict[str, float] = {
     "sdc": 300.0,
     "user_error": 180.0,
 }
-EVICTING_XIDS: tuple[int, ...] = (48, 79, 94, 95, 63, 64, 92, 119)
+# Codes NVIDIA's XID catalog resolves with a GPU reset, node reboot or a service call.
+EVICTING_XIDS: tuple[int, ...] = (48, 79, 94, 95, 63, 64, 92, 119, 74, 46, 120, 140)
+# Codes whose catalog action is "restart the application": never a reason to evict.
 BENIGN_XIDS: tuple[int, ...] = (13, 31, 43)
 # Faults after which the job is torn down and restarted from its last checkpoint.
 RESTARTING = {("hw_fault", "xid"), ("hw_fault", "dbe"), ("hw_fault", "lost"), ("hw_fault", "remap_failed"),
-              ("network", "port_down"),
+              ("hw_fault", "nvml_timeout"), ("network", "port_down"),
               ("hang", "dataloader"), ("hang", "collective"), ("hang", "cuda_sync"), ("nan", "loss"),
-              ("nan", "grad"), ("sdc", "checksum"), ("user_error", "import_error"),
+              ("nan", "grad"), ("nan", "inf_loss"), ("sdc", "checksum"), ("sdc", "intermittent"),
+              ("sdc", "last_stage"), ("user_error", "import_error"),
               ("user_error", "shape_mismatch"), ("user_error", "syntax_error"), ("user_error", "oom")}
 SETTLE_S = 120.0  # quiet time required after one fault ends before the next may start
 
@@ -103,11 +106,15 @@ def resolve(spec: FaultSpec, index: int, scenario: Scenario, rng: random.Random)
     if spec.kind == "loss_spike":
         # A spike lasts a few *steps*; the window leaves room for a pause in between.
         spike_steps = max(1, round((spec.duration_s or 0) / job.step_time_s)) if spec.duration_s else rng.randint(1, 3)
+        if variant == "single":
+            spike_steps = 1
         default = (spike_steps + 1) * job.step_time_s * 1.5 + max(job.checkpoint_pause_s, job.eval_pause_s)
     else:
         default = DEFAULT_DURATION_S[spec.kind]
     if spec.kind == "network" and variant == "error_burst":
         default = 90.0
+    if spec.kind == "slowdown" and variant == "gradual":
+        default = 3600.0  # a decline over an hour, as thermal or fabric degradation looks
     duration = default if spec.kind == "loss_spike" else spec.duration_s or default
     if spec.kind == "user_error":  # the redeploy, its init and the failure must fit inside the fault
         duration = max(duration, job.restart_delay_s + 20.0)
@@ -117,17 +124,24 @@ def resolve(spec: FaultSpec, index: int, scenario: Scenario, rng: random.Random)
     node = spec.node if spec.node is not None else lay.node_of(rank)
     if spec.rank is None and spec.node is not None:
         rank = rng.choice(lay.ranks_on(node))
+    if spec.kind == "sdc" and variant == "last_stage" and spec.rank is None and lay.pp > 1:
+        rank = rng.choice([r for r in range(lay.world) if lay.coords(r)[1] == lay.pp - 1])
+        node = lay.node_of(rank)
     gpu = spec.gpu if spec.gpu is not None else rank % lay.gpus_per_node
     if spec.kind == "hw_fault":
         rank = node * lay.gpus_per_node + gpu  # the rank driving the faulty GPU
     code = spec.code if spec.code is not None else rng.choice(EVICTING_XIDS)
-    if spec.kind == "slowdown":
+    if spec.kind == "slowdown" and variant == "gradual":
+        magnitude = spec.magnitude or rng.uniform(0.15, 0.25)
+    elif spec.kind == "slowdown":
         magnitude = spec.magnitude or rng.uniform(0.12, 0.4)
+    elif spec.kind == "network" and variant == "degraded":
+        magnitude = spec.magnitude or rng.uniform(0.1, 0.4)  # the port's share of its siblings' bandwidth
     elif spec.kind == "loss_spike":
         magnitude = spec.magnitude or rng.uniform(6.0, 30.0)
     else:
         magnitude = spec.magnitude or 0.0
-    if spec.kind in ("loss_spike", "user_error"):
+    if spec.kind in ("loss_spike", "user_error") or (spec.kind == "slowdown" and variant == "gradual"):
         node, rank, gpu = -1, -1, -1  # job-wide: nothing to localise
     fault_id = f"{scenario.name}-{index:03d}-{spec.kind}"
     return Fault(fault_id, spec.kind, variant, start, start + duration, node, rank, gpu, code, magnitude,
@@ -145,7 +159,7 @@ def build_plan(scenario: Scenario, extra: list[FaultSpec] | None = None, seed_of
     specs = [(s, True) for s in scenario.faults] + [(s, False) for s in (extra or [])]
     specs.sort(key=lambda p: p[0].at_s)
     plan: list[Fault] = []
-    end_limit = scenario.start_ts + scenario.duration_s
+    end_limit = scenario.start_ts + (scenario.job.end_s or scenario.duration_s)
     for spec, explicit in specs:
         if spec.kind == "sdc" and Layout.of(scenario.job).dp < 2:
             continue  # without DP replicas there is nothing to diverge from (explicit ones are refused earlier)
@@ -160,7 +174,7 @@ def build_plan(scenario: Scenario, extra: list[FaultSpec] | None = None, seed_of
     return plan
 
 
-def latency_budget(kind: str, scenario: Scenario, start: float) -> float | None:
+def latency_budget(kind: str, scenario: Scenario, start: float, fault: Fault | None = None) -> float | None:
     """The detection-latency target for a fault (issue 3, item 9), if it has one.
 
     One sample or step for hw_fault, nan and sdc (plus a second of slack for
@@ -172,6 +186,9 @@ def latency_budget(kind: str, scenario: Scenario, start: float) -> float | None:
     budgets = {"hw_fault": rates.gpu_sample_s + 1.0, "nan": job.step_time_s * 1.5 + 1.0,
                "sdc": job.step_time_s * 1.5 + 1.0, "hang": max(60.0, 6 * job.step_time_s), "slowdown": 120.0}
     budget = budgets.get(kind)
+    if fault is not None and fault.variant == "gradual" and fault.magnitude:
+        # A linear decline reaches 10 % after this share of its ramp; then 15 minutes to notice.
+        return (fault.end - fault.start) * min(1.0, 0.1 / fault.magnitude) + 900.0
     if budget is None or kind == "hw_fault":
         return budget
     offset = start - scenario.start_ts
@@ -188,7 +205,7 @@ def labels(plan: list[Fault], scenario: Scenario, node_names: list[str]) -> list
     for f in plan:
         nodes = [] if f.node < 0 else [node_names[f.node]]
         if f.kind == "slowdown":
-            ranks = lay.ranks_on(f.node)
+            ranks = lay.ranks_on(f.node) if f.node >= 0 else []
         elif f.kind in ("network", "hw_fault"):
             ranks = []  # a NIC or GPU is evicted with its node; `gpu` names the device
         else:
@@ -197,5 +214,5 @@ def labels(plan: list[Fault], scenario: Scenario, node_names: list[str]) -> list
                     "nodes": nodes, "ranks": ranks, "variant": f.variant,
                     **({"gpu": f.gpu} if f.kind == "hw_fault" else {}),
                     **({"magnitude": round(f.magnitude, 4)} if f.magnitude else {}),
-                    "latency_budget_s": latency_budget(f.kind, scenario, f.start)})
+                    "latency_budget_s": latency_budget(f.kind, scenario, f.start, f)})
     return out

@@ -19,13 +19,13 @@ FaultKind = Literal["hw_fault", "network", "hang", "slowdown", "nan", "loss_spik
 
 # The variants each kind can take; the first is the default.
 VARIANTS: dict[str, tuple[str, ...]] = {
-    "hw_fault": ("xid", "dbe", "lost", "nvlink", "remap_failed"),
-    "network": ("port_down", "error_burst"),
+    "hw_fault": ("xid", "dbe", "lost", "nvlink", "remap_failed", "nvml_timeout"),
+    "network": ("port_down", "error_burst", "degraded"),
     "hang": ("dataloader", "collective", "cuda_sync"),
-    "slowdown": ("thermal", "power", "silent"),
-    "nan": ("loss", "grad"),
-    "loss_spike": ("spike",),
-    "sdc": ("checksum",),
+    "slowdown": ("thermal", "power", "silent", "gradual"),
+    "nan": ("loss", "grad", "inf_loss"),
+    "loss_spike": ("spike", "single", "grad"),
+    "sdc": ("checksum", "intermittent", "last_stage"),
     "user_error": ("import_error", "shape_mismatch", "syntax_error", "oom"),
 }
 
@@ -60,6 +60,15 @@ class JobSpec(_Strict):
     restart_delay_s: float = Field(30.0, ge=0, description="init/checkpoint-load time after a restart")
     code_version: str = "v1"
     rdma_ports: int = Field(4, ge=1, le=16)
+    first_node: int | None = Field(None, ge=0, description="fleet index of the job's first node; default: after "
+                                   "the previous job's nodes")
+    start_s: float = Field(0.0, ge=0, description="when the job starts (job churn)")
+    end_s: float | None = Field(None, gt=0, description="when the job ends and frees its nodes; default: never")
+    warmup_steps: int = Field(0, ge=0, description="LR warm-up: the loss plateaus and is noisier for these steps")
+    checkpoint_styles: list[Literal["sync", "async", "megatron"]] = Field(
+        default_factory=lambda: ["sync"], min_length=1,
+        description="drawn per checkpoint: sync pauses; async (torch.distributed.checkpoint.async_save) stages "
+                    "briefly then overlaps steps; megatron announces checkpointing, training, eval at once")
 
     @model_validator(mode="after")
     def _layout_fits(self) -> JobSpec:
@@ -84,6 +93,21 @@ class BackgroundSpec(_Strict):
     benign_xids_per_node_h: float = Field(0.05, ge=0, description="application XIDs 13/31/43")
     rdma_errors_per_port_h: float = Field(0.5, ge=0, description="isolated single symbol errors")
     log_lines_per_node_h: float = Field(2.0, ge=0)
+    dataloader_stalls_per_h: float = Field(0.0, ge=0, description="steps delayed 5-15 s by a slow data loader")
+    restarts_per_day: float = Field(0.0, ge=0, description="fault-free restarts (preemption, planned updates)")
+
+
+class FleetSpec(_Strict):
+    """What makes a real fleet messy, beyond the jobs themselves."""
+
+    clock_skew_s: float = Field(0.0, ge=0, le=30, description="each host's clock is off by up to this (uniform)")
+    delivery_jitter_s: float = Field(0.0, ge=0, le=30, description="records reach the stream up to this late, "
+                                     "so hosts interleave out of event-time order")
+    idle_nodes: int = Field(0, ge=0, le=4096, description="nodes in no job: hardware telemetry only")
+    jobless_hardware: bool = Field(False, description="GPU/RDMA samples carry no job (a DaemonSet collector)")
+    torchrun_prefix: bool = Field(False, description="rank output lines carry torchrun's [rankN]: prefix")
+    per_rank_phases: bool = Field(False, description="every rank announces its own phases, not one per job")
+    phase_spread_s: float = Field(0.0, ge=0, le=30, description="pipeline stages reach a pause up to this apart")
 
 
 class FaultSpec(_Strict):
@@ -97,7 +121,9 @@ class FaultSpec(_Strict):
     gpu: int | None = Field(None, ge=0)
     rank: int | None = Field(None, ge=0)
     code: int | None = Field(None, ge=0, description="XID code for hw_fault/xid")
-    magnitude: float | None = Field(None, gt=0, description="slowdown: throughput loss 0..1; loss_spike: factor")
+    magnitude: float | None = Field(None, gt=0, description="slowdown: throughput loss 0..1; loss_spike: factor; "
+                                    "network/degraded: the port's bandwidth share")
+    job: int = Field(0, ge=0, description="which job (0: `job`, 1..: `jobs`); node/rank are within that job")
 
     @model_validator(mode="after")
     def _variant_known(self) -> FaultSpec:
@@ -127,25 +153,67 @@ class Scenario(_Strict):
     start_ts: float = 1_767_225_600.0  # 2026-01-01T00:00:00Z
     duration_s: float = Field(gt=0)
     job: JobSpec = Field(default_factory=JobSpec)
+    jobs: list[JobSpec] = Field(default_factory=list, description="further concurrent or later jobs")
+    fleet: FleetSpec = Field(default_factory=FleetSpec)
     rates: RateSpec = Field(default_factory=RateSpec)
     background: BackgroundSpec = Field(default_factory=BackgroundSpec)
     faults: list[FaultSpec] = Field(default_factory=list)
     faults_from_trace: TraceSpec | None = None
 
+    @property
+    def all_jobs(self) -> list[JobSpec]:
+        """`job` then `jobs`, each with its fleet position filled in."""
+        out, nxt = [], 0
+        for spec in [self.job, *self.jobs]:
+            first = spec.first_node if spec.first_node is not None else nxt
+            out.append(spec.model_copy(update={"first_node": first}))
+            nxt = max(nxt, first + spec.nodes)
+        return out
+
+    @property
+    def fleet_nodes(self) -> int:
+        """Nodes in the fleet: every job's plus the idle ones."""
+        return max(j.first_node + j.nodes for j in self.all_jobs) + self.fleet.idle_nodes  # type: ignore[operator]
+
     @model_validator(mode="after")
     def _places_exist(self) -> Scenario:
+        jobs = self.all_jobs
+        if len({j.name for j in jobs}) < len(jobs):
+            raise ValueError("jobs: every job needs its own name")
+        for a, ja in enumerate(jobs):
+            for jb in jobs[a + 1:]:
+                if _overlap(ja, jb, self.duration_s):
+                    raise ValueError(f"jobs: {ja.name} and {jb.name} share nodes at the same time")
         for i, fault in enumerate(self.faults):
+            if fault.job >= len(jobs):
+                raise ValueError(f"faults.{i}.job: {fault.job} but there are {len(jobs)} jobs")
+            job = jobs[fault.job]
             if fault.at_s >= self.duration_s:
                 raise ValueError(f"faults.{i}.at_s: {fault.at_s} is not before duration_s {self.duration_s}")
-            if fault.node is not None and fault.node >= self.job.nodes:
-                raise ValueError(f"faults.{i}.node: {fault.node} but the job has {self.job.nodes} nodes")
-            if fault.gpu is not None and fault.gpu >= self.job.gpus_per_node:
-                raise ValueError(f"faults.{i}.gpu: {fault.gpu} but nodes have {self.job.gpus_per_node} GPUs")
-            if fault.rank is not None and fault.rank >= self.job.nodes * self.job.gpus_per_node:
+            if not job.start_s <= fault.at_s < (job.end_s or self.duration_s):
+                raise ValueError(f"faults.{i}.at_s: {fault.at_s} is outside job {job.name}'s lifetime")
+            if fault.node is not None and fault.node >= job.nodes:
+                raise ValueError(f"faults.{i}.node: {fault.node} but the job has {job.nodes} nodes")
+            if fault.gpu is not None and fault.gpu >= job.gpus_per_node:
+                raise ValueError(f"faults.{i}.gpu: {fault.gpu} but nodes have {job.gpus_per_node} GPUs")
+            if fault.rank is not None and fault.rank >= job.nodes * job.gpus_per_node:
                 raise ValueError(f"faults.{i}.rank: {fault.rank} is outside the world size")
-            if fault.kind == "sdc" and self.job.nodes * self.job.gpus_per_node < 2 * self.job.tp * self.job.pp:
+            if fault.kind == "sdc" and job.nodes * job.gpus_per_node < 2 * job.tp * job.pp:
                 raise ValueError(f"faults.{i}.kind: sdc needs data parallelism (dp >= 2) to compare replicas")
         return self
+
+    def for_job(self, index: int) -> Scenario:
+        """This scenario narrowed to one job and its faults (the engine simulates one job at a time)."""
+        job = self.all_jobs[index]
+        faults = [f for f in self.faults if f.job == index]
+        return self.model_copy(update={"job": job, "jobs": [], "faults": faults, "seed": self.seed + 7 * index,
+                                       "faults_from_trace": self.faults_from_trace if index == 0 else None})
+
+
+def _overlap(a: JobSpec, b: JobSpec, duration: float) -> bool:
+    nodes = a.first_node < b.first_node + b.nodes and b.first_node < a.first_node + a.nodes  # type: ignore[operator]
+    times = a.start_s < (b.end_s or duration) and b.start_s < (a.end_s or duration)
+    return nodes and times
 
 
 def parse_scenario(data: object, source: str = "scenario") -> Scenario:

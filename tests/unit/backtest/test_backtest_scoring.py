@@ -26,12 +26,19 @@ def test_match_needs_same_kind_job_and_window_with_grace() -> None:
             incident(2, "hang", 330, ["n1"], [3]),            # too late
             incident(3, "slowdown", 150, ["n1"], []),         # wrong kind
             incident(4, "hang", 150, ["n1"], [3], job="k"),   # wrong job
-            incident(5, "hang", 99, ["n1"], [3])]             # before the start
+            incident(5, "hang", 97, ["n1"], [3])]             # before the start, beyond the 2 s skew bound
     s = score(labels, incs, grace_s=120)
     assert s.matches == {"i5": None, "i1": "f1", "i2": None, "i3": None, "i4": None}
     hang = s.per_kind()["hang"]
     assert (hang["recall"], hang["precision"], hang["incidents"]) == (1.0, 0.25, 4)
     assert score(labels, incs, grace_s=200).matches["i2"] == "f1"
+
+
+def test_a_host_clock_running_behind_may_date_a_detection_just_before_the_start() -> None:
+    labels = [label(1, "hw_fault", 100, 200, ["n1"], [])]
+    early = [incident(1, "hw_fault", 98.5, ["n1"], [])]  # the node's clock is 1.5 s slow
+    assert score(labels, early).matches == {"i1": "f1"}
+    assert score(labels, early, skew_s=0.0).matches == {"i1": None}
 
 
 def test_latency_percentiles_budget_and_localisation() -> None:

@@ -44,3 +44,28 @@ def test_port_state_spellings(state: str, bad: bool) -> None:
     d = NetworkDetector()
     out = d.observe(port(0.0, state=state)) + d.observe(port(10.0, state=state))
     assert bool(out) == bad
+
+
+def _ports(ts: float, node: str, shares: list[float], busy: float = 2.4e10) -> RdmaSample:
+    return RdmaSample(ts=ts, node=node, job="j", ports=[
+        RdmaPort(device=f"mlx5_{i}", port=1, tx_bps=busy * s, rx_bps=busy * s) for i, s in enumerate(shares)])
+
+
+def test_a_port_at_a_fraction_of_its_siblings_with_no_errors_is_degraded() -> None:
+    d = NetworkDetector()
+    out = []
+    for k in range(6):
+        out += d.observe(_ports(10.0 * k, "n1", [1.0, 0.97, 0.25, 1.02]))
+    assert len(out) == 1
+    a = out[0]
+    assert (a.kind, a.nodes, a.evidence["device"], a.evidence["cause"]) == ("network", ["n1"], "mlx5_2", "degraded")
+    assert a.onset == 0.0 and a.ts == 20.0  # three samples confirm
+
+
+def test_uneven_but_healthy_rails_and_idle_ports_are_not_degraded() -> None:
+    d = NetworkDetector()
+    out = []
+    for k in range(10):
+        out += d.observe(_ports(10.0 * k, "n1", [1.0, 0.7, 0.8, 1.1]))  # 30 % imbalance
+        out += d.observe(_ports(10.0 * k, "n2", [1.0, 0.01, 0.02, 0.5], busy=1e6))  # an idle node: no traffic
+    assert out == []

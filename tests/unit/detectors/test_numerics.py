@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 import pytest
 from detector_fleet import Fleet
 
@@ -17,7 +19,7 @@ def feed(d: object, records: list[Record]) -> list[Anomaly]:
 
 @pytest.mark.parametrize("bad", [{"loss": "nan"}, {"loss": "inf"}, {"grad_norm": "-inf"}, {"grad_norm": "nan"}])
 def test_nan_first_step_earliest_rank_once(bad: dict[str, object]) -> None:
-    f, d = Fleet(), NanDetector()
+    f, d = Fleet(), NanDetector(skew_s=0.0)  # one clock: settles after the hook's batching alone
     feed(d, f.steps(5))
     out = feed(d, f.steps(3, bad={5: bad, 9: bad}))
     assert [(a.kind, a.step, a.ranks) for a in out] == [("nan", 6, [5])]
@@ -31,6 +33,23 @@ def test_nan_names_the_earliest_rank_even_when_its_record_arrives_late() -> None
     late_first = sorted(bad_step, key=lambda r: -getattr(r, "rank", 0))  # rank 8's record comes first
     out = feed(d, late_first + f.steps(3))
     assert [(a.step, a.ranks) for a in out] == [(6, [3])]
+
+
+def test_nan_origin_on_a_slow_clock_arriving_after_the_batching_delay_is_still_named() -> None:
+    """The origin's host runs 2 s slow and its hook batched the record; peers' NaN grad norms come first."""
+    f, d = Fleet(), NanDetector()
+    feed(d, f.steps(5))
+    step = f.steps(1, bad={r: {"grad_norm": "nan"} for r in range(16) if r != 11})
+    origin = next(r for r in step if getattr(r, "rank", -1) == 11)
+    origin = msgspec.structs.replace(origin, loss="nan", grad_norm="nan", ts=origin.ts - 2.0)
+    peers = [r for r in step if r is not origin and getattr(r, "rank", -1) != 11]
+    skewed = [msgspec.structs.replace(r, ts=r.ts + 2.0) if getattr(r, "node", "") == "node-01" else r
+              for r in peers]
+    out = feed(d, skewed)
+    out += d.tick(f.ts + 3.0)  # 1 s of batching plus skew: the origin is not in yet
+    assert out == []
+    out += feed(d, [origin]) + d.tick(f.ts + 7.0)
+    assert [(a.step, a.ranks, a.nodes) for a in out] == [(6, [11], ["node-02"])]
 
 
 def test_nan_recurring_after_restart_is_reported_again_and_is_sdc_evidence() -> None:
@@ -110,3 +129,18 @@ def test_sdc_reports_a_second_corrupted_replica_but_not_the_same_one_twice() -> 
     first = feed(d, f.steps(10, checksum_of={10: "x"}))
     second = feed(d, f.steps(10, checksum_of={10: "x", 4: "y"}))
     assert [a.ranks for a in first] == [[10]] and [a.ranks for a in second] == [[4]]
+
+
+def test_nan_is_reported_as_soon_as_every_rank_reported_its_step() -> None:
+    """No need to wait out the settle window when the whole step is in: the origin cannot be late."""
+    f, d = Fleet(), NanDetector()
+    feed(d, f.steps(5))
+    step = f.steps(1, bad={r: {"grad_norm": "nan"} for r in range(16) if r != 4})
+    step = [msgspec.structs.replace(r, loss="nan") if getattr(r, "rank", -1) == 4 else r for r in step]
+    ranks = [r for r in step if hasattr(r, "rank")]
+    out = []
+    for rec in ranks[:-1]:
+        out += d.observe(rec)
+    assert out == []  # one rank still missing: it could be the origin
+    out += d.observe(ranks[-1])
+    assert [(a.step, a.ranks) for a in out] == [(6, [4])]

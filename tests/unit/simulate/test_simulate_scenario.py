@@ -58,9 +58,33 @@ def test_tuning_and_evaluation_sets_are_disjoint() -> None:
     """Evaluation figures only mean something on scenarios nobody tuned on."""
     tuning = {load_scenario(p).model_dump_json(exclude={"name", "description"})
               for p in (ROOT / "scenarios/tuning").glob("*.yaml")}
-    evaluation = [load_scenario(p) for p in (ROOT / "scenarios/evaluation").glob("*.yaml")]
+    evaluation = [load_scenario(p) for d in ("evaluation", "evaluation-fleet")
+                  for p in (ROOT / "scenarios" / d).glob("*.yaml")]
     assert evaluation and tuning
     assert all(e.model_dump_json(exclude={"name", "description"}) not in tuning for e in evaluation)
     seeds = {load_scenario(p).seed for p in (ROOT / "scenarios/tuning").glob("*.yaml")}
     assert seeds.isdisjoint({e.seed for e in evaluation})
     assert any(e.duration_s >= 86_400 and not e.faults and e.faults_from_trace is None for e in evaluation)
+
+
+def test_the_fleet_evaluation_set_has_ten_faults_of_every_kind_and_a_noisy_quiet_day() -> None:
+    from collections import Counter
+
+    from trainguard.simulate import run_scenario
+
+    counts: Counter[str] = Counter()
+    shapes: dict[str, set[str]] = {}
+    quiet = []
+    for path in sorted((ROOT / "scenarios/evaluation-fleet").glob("*.yaml")):
+        sc = load_scenario(path)
+        _, labels = run_scenario(sc)
+        counts.update(lab["kind"] for lab in labels)
+        for lab in labels:
+            shapes.setdefault(lab["kind"], set()).add(lab["variant"])
+        if not labels:
+            quiet.append(sc)
+    assert all(counts[k] >= 10 for k in ("hw_fault", "network", "hang", "slowdown", "nan", "loss_spike", "sdc",
+                                         "user_error")), counts
+    assert all(len(v) >= 3 for v in shapes.values()), shapes
+    assert any(q.duration_s >= 86_400 and q.fleet.clock_skew_s > 0 and q.jobs and q.fleet.idle_nodes
+               and q.background.dataloader_stalls_per_h and q.background.restarts_per_day for q in quiet)

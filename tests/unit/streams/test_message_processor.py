@@ -43,7 +43,7 @@ def test_nan_step_yields_anomaly_and_incident() -> None:
     proc = processor()
     good = codec.encode(TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=1, loss=3.0))
     bad = codec.encode(TrainingStep(ts=2.0, job="j", rank=2, node="n1", step=2, loss="nan"))
-    later = codec.encode(TrainingStep(ts=4.0, job="j", rank=0, node="n0", step=3, loss=3.0))
+    later = codec.encode(TrainingStep(ts=8.0, job="j", rank=0, node="n0", step=3, loss=3.0))  # past settle + skew
     assert proc.process(RawMessage(topic="t.training", value=good)) == []
     # the NaN detector reports once event time has moved past its settle time
     out = proc.process_batch([RawMessage(topic="t.training", value=bad), RawMessage(topic="t.training", value=later)])
@@ -52,3 +52,20 @@ def test_nan_step_yields_anomaly_and_incident() -> None:
     assert isinstance(incident, Incident)
     assert (incident.kind, incident.job, incident.ranks, incident.step) == ("nan", "j", [2], 2)
     assert out[1].key == b"j"
+
+
+def test_dead_letters_of_any_size_fit_a_kafka_message() -> None:
+    import base64
+    import hashlib
+
+    from schemas.codec import decode as decode_record
+
+    proc = processor()
+    for size in (700_000, (1 << 20) + 1, 5_000_000, 20_000_000):
+        value = b"{" + b"x" * (size - 1)
+        out = proc.process(RawMessage(topic="t.gpu", value=value, partition=3, offset=77))
+        assert len(out) == 1 and len(out[0].value) < 1 << 20
+        letter = decode_record(out[0].value)
+        assert (letter.original_size, letter.partition, letter.offset) == (size, 3, 77)
+        assert letter.sha256 == hashlib.sha256(value).hexdigest()
+        assert letter.truncated and value.startswith(base64.b64decode(letter.original_b64))
