@@ -49,7 +49,7 @@ demo: install broker-start
 
 # The demo with the operator console kept open (prints its URL and tokens).
 demo-console: install broker-start
-	$(TG) demo --console
+	$(TG) demo --console --hold 600
 
 test: install tools browser broker-start
 	@status=0; $(PY) -m pytest tests || status=$$?; $(TG) broker stop; exit $$status

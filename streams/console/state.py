@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from actions.ettr import EttrAccount
+from actions.ettr import EttrAccount, EttrReport
 from schemas.records import (ActionCommand, ActionResult, Anomaly, AuditEntry, CheckpointEvent, Decision, Heartbeat,
                              Incident, JobTopology, NodeGpuSample, OperatorCommand, Record, TrainingStep, as_float)
 
@@ -64,6 +64,22 @@ class ConsoleState:
     rails: dict[str, Any] = field(default_factory=dict)  # act's latest `rails_state`
     ettr: EttrAccount = field(default_factory=EttrAccount)
     now: float = 0.0  # the newest event time seen; "recent" is judged against it, never the wall clock
+    _rails_ts: float = float("-inf")
+    _ettr_version: dict[str, int] = field(default_factory=dict)
+    _ettr_cache: dict[str, tuple[int, EttrReport]] = field(default_factory=dict)
+
+    def ettr_report(self, job: str) -> EttrReport:
+        """`EttrAccount.report`, recomputed only after the job's account changed."""
+        version = self._ettr_version.get(job, 0)
+        cached = self._ettr_cache.get(job)
+        if cached is None or cached[0] != version:
+            cached = (version, self.ettr.report(job))
+            self._ettr_cache[job] = cached
+        return cached[1]
+
+    def _account(self, record: Incident | ActionResult | TrainingStep) -> None:
+        self.ettr.observe(record)
+        self._ettr_version[record.job] = self._ettr_version.get(record.job, 0) + 1
 
     def observe(self, record: Record) -> list[Event]:
         """File one record; return the live events it causes (may be none)."""
@@ -75,7 +91,7 @@ class ConsoleState:
 
     def _incident(self, inc: Incident) -> list[Event]:
         self.incidents[inc.id] = inc
-        self.ettr.observe(inc)
+        self._account(inc)
         self._job(inc.job).incidents.append(inc.id)
         return [{"type": "incident", "data": self.incident_row(inc)}]
 
@@ -92,7 +108,7 @@ class ConsoleState:
 
     def _result(self, res: ActionResult) -> list[Event]:
         self.results.setdefault(res.command_id, []).append(res)
-        self.ettr.observe(res)
+        self._account(res)
         if res.action == "self_check":
             for node in _checked_nodes(res):
                 self.selfchecks[node] = res
@@ -100,6 +116,9 @@ class ConsoleState:
 
     def _audit(self, entry: AuditEntry) -> list[Event]:
         if entry.event == "rails_state":
+            if entry.ts < self._rails_ts:  # audit entries of several partitions interleave: keep the newest
+                return []
+            self._rails_ts = entry.ts
             self.rails = dict(entry.detail)
             return [{"type": "rails", "data": self.rails}]
         self.audit.setdefault(entry.subject_id, deque(maxlen=self.max_audit)).append(entry)
@@ -108,12 +127,13 @@ class ConsoleState:
             new_status = "planned"
         if entry.event == "operator_reject" and entry.detail.get("applied"):
             new_status = "blocked"
-        if new_status and entry.subject_id in self.decisions:
-            self.status[entry.subject_id] = new_status
+        final = self.status.get(entry.subject_id) in _FINAL_EVENTS.values()
+        if new_status and entry.subject_id in self.decisions and not (final and new_status == "planned"):
+            self.status[entry.subject_id] = new_status  # a late approval (other partition) never undoes an outcome
         return [{"type": "audit", "data": audit_row(entry)}]
 
     def _step(self, step: TrainingStep) -> list[Event]:
-        self.ettr.observe(step)
+        self._account(step)
         self._saw_node(step.node, step.job, step.ts)
         series = self._job(step.job)
         series.nodes.add(step.node)

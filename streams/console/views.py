@@ -43,9 +43,9 @@ def fleet(state: ConsoleState, *, suspect_s: float = 900.0) -> dict[str, Any]:
             kind = "suspect"
         else:
             kind = "healthy"
-        job = state.node_job.get(name, "")
-        if name in swaps and not job:
-            job = state.node_job.get(swaps[name], "")
+        job = "" if kind == "standby" else state.node_job.get(name, "")  # a spare's agent idles under a job name
+        if name in swaps:
+            job = state.node_job.get(swaps[name], job)
         nodes.append({"node": name, "state": kind, "job": job, "last_seen": state.node_seen.get(name),
                       "recent_incidents": recent.get(name, 0), "replaces": swaps.get(name, "")})
     counts = {k: sum(1 for n in nodes if n["state"] == k) for k in NODE_STATES}
@@ -57,7 +57,7 @@ def jobs(state: ConsoleState) -> list[dict[str, Any]]:
     rows = []
     for name, series in sorted(state.jobs.items()):
         last = series.steps[-1] if series.steps else None
-        report = state.ettr.report(name)
+        report = state.ettr_report(name)
         rows.append({"job": name, "nodes": len(series.nodes), "step": last[1] if last else None,
                      "loss": last[2] if last else None, "ettr": round(report.ettr, 4),
                      "incidents": len(series.incidents)})
@@ -69,14 +69,15 @@ def job(state: ConsoleState, name: str) -> dict[str, Any] | None:
     series = state.jobs.get(name)
     if series is None:
         return None
-    cols = list(zip(*series.steps)) if series.steps else [(), (), (), (), ()]
+    points = sorted(series.steps)  # by event time: a restore sends the step back, time goes on
+    cols = list(zip(*points)) if points else [(), (), (), (), ()]
     incidents = [state.incidents[i] for i in series.incidents[-500:] if i in state.incidents]
     return {
         "job": name,
         "nodes": sorted(series.nodes),
         "series": {"ts": list(cols[0]), "step": list(cols[1]), "loss": [_finite(v) for v in cols[2]],
                    "step_time_s": list(cols[3]), "mfu": list(cols[4])},
-        "ettr": state.ettr.report(name).as_dict(),
+        "ettr": state.ettr_report(name).as_dict(),
         "timeline": [{"cause": c, "start": a, "end": b} for c, a, b in state.ettr.timeline(name)],
         "incidents": [{"id": i.id, "kind": i.kind, "onset": i.onset, "detected_at": i.detected_at} for i in incidents],
         "checkpoints": [{"step": c.step, "path": c.path, "status": c.status, "ts": c.ts}

@@ -26,13 +26,14 @@ USERS = [User(name="alice", role="operator", token="op"), User(name="victor", ro
 OP, VIEW = {"Authorization": "Bearer op"}, {"Authorization": "Bearer view"}
 
 
-def with_console(kafka: str, prefix: str, body: Callable[[TestClient[Any, Any]], Awaitable[None]]) -> None:
+def with_console(kafka: str, prefix: str, body: Callable[[TestClient[Any, Any]], Awaitable[None]],
+                 auth: Authenticator | None = None) -> None:
     topics = Topics(prefix)
     ensure_topics(kafka, topics.all(), partitions=2, replication=1)
 
     async def main() -> None:
         feed = ConsoleFeed(kafka, topics, ConsoleState())
-        client = TestClient(TestServer(create_app(feed, Authenticator(USERS), ConsoleSettings())))
+        client = TestClient(TestServer(create_app(feed, auth or Authenticator(USERS), ConsoleSettings())))
         await client.start_server()
         try:
             for _ in range(100):
@@ -112,3 +113,23 @@ def test_views_and_live_events(kafka: str, topic_prefix: str) -> None:
 
     with_console(kafka, topic_prefix, body)
     producer.close()
+
+
+def test_behind_an_oidc_ingress_the_header_names_the_operator(kafka: str, topic_prefix: str) -> None:
+    auth = Authenticator([], user_header="X-Forwarded-User", groups_header="X-Forwarded-Groups",
+                         operator_groups=["sre-oncall"])
+    carol = {"X-Forwarded-User": "carol", "X-Forwarded-Groups": "staff,sre-oncall"}
+
+    async def body(c: TestClient[Any, Any]) -> None:
+        me = await c.get("/api/me", headers=carol)
+        assert (await me.json())["name"] == "carol" and (await me.json())["can_act"] is True
+        csrf = c.session.cookie_jar.filter_cookies(c.make_url("/"))["tg_csrf"].value
+        assert (await c.post("/api/breaker/reset", headers=carol)).status == 403  # the ingress header is not CSRF-proof
+        assert (await c.post("/api/breaker/reset", headers={**carol, "X-CSRF-Token": csrf})).status == 202
+        dave = {"X-Forwarded-User": "dave", "X-Forwarded-Groups": "staff", "X-CSRF-Token": csrf}
+        assert (await c.post("/api/breaker/reset", headers=dave)).status == 403
+        assert (await c.get("/api/fleet", headers={"X-Forwarded-Groups": "sre-oncall"})).status == 401
+
+    with_console(kafka, topic_prefix, body, auth)
+    commands = [r for r in read(kafka, topic_prefix + "operator", 1) if isinstance(r, OperatorCommand)]
+    assert [c.operator for c in commands] == ["carol"]

@@ -87,8 +87,10 @@ class DemoRunner:
     """Runs one `DemoScenario` against the broker in `settings`."""
 
     def __init__(self, scenario: DemoScenario, settings: Settings, run_dir: Path,
-                 say: "Reporter") -> None:
+                 say: "Reporter", *, console_port: int | None = None, hold_s: float = 0.0) -> None:
         self.sc = scenario
+        self.console_port = console_port  # None: no operator console
+        self.hold_s = hold_s  # keep the stack (and console) up this long after the faults
         self.settings = settings
         self.run_dir = run_dir
         self.say = say
@@ -118,6 +120,13 @@ class DemoRunner:
             cfg = ["--config", str(config)]
             stack.start("worker", *cfg, "worker")
             stack.start("act", *cfg, "act", "--executor", "local")
+            if self.console_port is not None:
+                from trainguard.demo.console_ui import start_console
+
+                access = start_console(stack, cfg, self.run_dir, self.console_port)
+                self.say.phase(f"operator console: {access.url}")
+                self.say.phase(f"  operator token: {access.operator_token}")
+                self.say.phase(f"  viewer token:   {access.viewer_token}")
             for node in self.sc.nodes:
                 stack.start(node, *cfg, "run", "--job", self.sc.job, "--node", node, "--", *self._train_cmd(),
                             extra_env={"NODE_NAME": node})
@@ -129,6 +138,9 @@ class DemoRunner:
             gpu_thread.start()
             try:
                 outcome = self._drive(watcher, stack, started)
+                if self.hold_s > 0:
+                    self.say.phase(f"faults done; the stack and console stay up {self.hold_s:g}s (Ctrl-C ends)")
+                    time.sleep(self.hold_s)
             finally:
                 self._stop.set()
                 watcher.stop()

@@ -56,7 +56,7 @@ $("#logout").addEventListener("click", async () => { await api("/api/logout", { 
 function connect() {
   const src = new EventSource("/api/events");
   state.source = src;
-  src.onopen = () => { $("#live").className = "live on"; };
+  src.onopen = () => { $("#live").className = "live on"; soon(); };  // (re)connected: catch up on what was missed
   src.onerror = () => { $("#live").className = "live off"; };
   src.addEventListener("incident", (e) => onIncident(JSON.parse(e.data)));
   for (const type of ["decision", "result", "audit", "rails", "resync"]) src.addEventListener(type, (e) => onChange(type, JSON.parse(e.data)));
@@ -93,6 +93,7 @@ async function route() {
   if (view === "incidents") { state.fresh.clear(); $("#new-count").hidden = true; }
   const render = { fleet: renderFleet, jobs: state.arg ? renderJob : renderJobs,
                    incidents: state.arg ? renderIncident : renderIncidents, controls: renderControls }[view] || renderFleet;
+  const began = performance.now();
   try {
     const content = await render(state.arg);
     for (const c of state.charts) c.destroy();
@@ -102,6 +103,7 @@ async function route() {
     for (const fn of content._after || []) fn();
     target.dataset.view = view;
     state.rendered += 1;
+    target.dataset.renderMs = (performance.now() - began).toFixed(1);  // fetch + build + draw, read by the benchmark
     target.dataset.rendered = String(state.rendered);
   } catch (err) { toast(`could not load ${view}: ${err.message}`); }
   updatePending();
@@ -144,9 +146,9 @@ async function renderJobs() {
 function chart(title, x, series, width) {
   const box = el("div", { cls: "panel chart" }, el("h2", {}, title));
   box._draw = () => {
-    const opts = { width: width || Math.max(380, box.clientWidth - 24), height: 220, scales: { x: { time: false } },
+    const opts = { width: width || Math.max(380, box.clientWidth - 24), height: 220, scales: { x: { time: true } },
       axes: [{ stroke: "#8a96a3", grid: { stroke: "#2a3440" } }, ...series.map((s, i) => ({ scale: s.scale || "y", side: i ? 1 : 3, stroke: "#8a96a3", grid: { stroke: i ? "transparent" : "#2a3440" } }))],
-      series: [{ label: "step" }, ...series.map((s) => ({ label: s.label, stroke: s.color, scale: s.scale || "y", width: 1.5 }))] };
+      series: [{ label: "time" }, ...series.map((s) => ({ label: s.label, stroke: s.color, scale: s.scale || "y", width: 1.5 }))] };
     state.charts.push(new uPlot(opts, [x, ...series.map((s) => s.data)], box));
   };
   return box;
@@ -184,15 +186,15 @@ function timeline(j) {  // unproductive intervals by cause, incidents as ticks, 
 async function renderJob(name) {
   const j = await api("/api/jobs/" + encodeURIComponent(name));
   const s = j.series;
-  const charts = [chart("Loss", s.step, [{ label: "loss", data: s.loss, color: "#58a6ff" }]),
-    chart("Step time and MFU", s.step, [{ label: "step time (s)", data: s.step_time_s, color: "#d29922" }, { label: "MFU", data: s.mfu, color: "#3fb950", scale: "mfu" }])];
+  const charts = [chart("Loss and step", s.ts, [{ label: "loss", data: s.loss, color: "#58a6ff" }, { label: "step", data: s.step, color: "#8a96a3", scale: "step" }]),
+    chart("Step time and MFU", s.ts, [{ label: "step time (s)", data: s.step_time_s, color: "#d29922" }, { label: "MFU", data: s.mfu, color: "#3fb950", scale: "mfu" }])];
   const incidents = el("table", {}, el("tr", {}, ["detected", "kind", "incident"].map((h) => el("th", {}, h))),
     j.incidents.slice().reverse().map((i) => el("tr", {}, el("td", {}, when(i.detected_at)), el("td", {}, i.kind), el("td", {}, el("a", { href: "#incidents/" + encodeURIComponent(i.id) }, i.id)))));
   const ckpts = el("table", { id: "checkpoints" }, el("tr", {}, ["step", "status", "path", "at"].map((h) => el("th", {}, h))),
     j.checkpoints.slice().reverse().map((c) => el("tr", {}, el("td", {}, c.step), el("td", {}, c.status), el("td", {}, c.path), el("td", {}, when(c.ts)))));
   const last = s.step.length ? `step ${s.step[s.step.length - 1]}` : "no steps yet";
   const page = el("div", {}, el("h1", {}, `Job ${j.job}`), el("div", { cls: "dim" }, `${last} on ${j.nodes.length} node(s)`),
-    ettrPanel(j), el("div", { cls: "row" }, charts),
+    ettrPanel(j), charts,
     el("div", { cls: "row" }, el("div", { cls: "panel" }, el("h2", {}, "Incidents"), incidents), el("div", { cls: "panel" }, el("h2", {}, "Checkpoints"), ckpts)));
   page._after = charts.map((c) => c._draw);
   return page;

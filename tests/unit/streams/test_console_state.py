@@ -107,3 +107,20 @@ def test_step_history_is_bounded() -> None:
     for step in range(10):
         s.observe(TrainingStep(ts=float(step), job="j", rank=0, node="n", step=step, loss=1.0))
     assert [p[1] for p in s.jobs["j"].steps] == [7, 8, 9]
+
+
+def test_an_older_rails_state_arriving_late_is_ignored() -> None:
+    s = ConsoleState()
+    new = {"breaker": {"tripped": True, "reason": "x"}, "pool": {"spares": [], "swaps": {}}, "evicted": {}}
+    old = {"breaker": {"tripped": False, "reason": ""}, "pool": {"spares": ["s1"], "swaps": {}}, "evicted": {}}
+    s.observe(AuditEntry(ts=20.0, event="rails_state", subject_id="rails", detail=new))
+    assert s.observe(AuditEntry(ts=10.0, event="rails_state", subject_id="rails", detail=old)) == []
+    assert views.controls(s)["breaker"]["tripped"] is True
+
+
+def test_a_late_approval_does_not_undo_an_outcome() -> None:
+    s = fleet_state()
+    decided(s)
+    s.observe(AuditEntry(ts=13.0, event="decision_executed", subject_id="d1", actor="trainguard-act"))
+    s.observe(AuditEntry(ts=12.0, event="operator_approve", subject_id="d1", actor="alice", detail={"applied": True}))
+    assert s.status["d1"] == "executed"
