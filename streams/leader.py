@@ -9,12 +9,9 @@ the resourceVersion it read, so two candidates can never both win.
 A leader that cannot renew in time stops itself (`on_lost`) rather than
 risk acting beside a new leader.
 
-Hook for `trainguard act` (the chart sets LEASE_NAME, POD_NAME, POD_NAMESPACE):
-
-    elector = LeaseElector.from_env()
-    if elector is not None:
-        elector.wait_until_leader()
-        elector.keep_leading(on_lost=lambda: os._exit(1))
+`trainguard act` waits here, after serving its metrics (a standby is
+alive) and before it consumes anything, when LEASE_NAME is set (the chart
+sets it with POD_NAME and POD_NAMESPACE when act.leaderElection.enabled).
 """
 
 from __future__ import annotations
@@ -52,16 +49,27 @@ class LeaseElector:
         self._stop = threading.Event()
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, api: Any = None) -> LeaseElector | None:
-        """From LEASE_NAME, LEASE_DURATION_S, POD_NAME, POD_NAMESPACE; None when LEASE_NAME is unset."""
+    def from_env(cls, env: Mapping[str, str] | None = None, *, api: Any = None, kube: Any = None) -> LeaseElector | None:
+        """From LEASE_NAME, LEASE_DURATION_S, POD_NAME, POD_NAMESPACE; None when LEASE_NAME is unset.
+
+        The API server is reached like the Kubernetes executor reaches it:
+        `kube` (the actions.kubernetes settings) may name a host or a
+        kubeconfig; otherwise the in-cluster service account is used.
+        """
         env = os.environ if env is None else env
         if not env.get("LEASE_NAME"):
             return None
         if api is None:
             from kubernetes import client, config
 
-            config.load_incluster_config()
-            api = client.CoordinationV1Api()
+            if kube is not None and kube.host:
+                api_client = client.ApiClient(client.Configuration(host=kube.host))
+            elif kube is not None and kube.kubeconfig:
+                api_client = config.new_client_from_config(config_file=kube.kubeconfig)
+            else:
+                config.load_incluster_config()
+                api_client = client.ApiClient()
+            api = client.CoordinationV1Api(api_client)
         return cls(api, name=env["LEASE_NAME"], namespace=env.get("POD_NAMESPACE", "default"),
                    identity=env.get("POD_NAME") or os.uname().nodename,
                    duration_s=float(env.get("LEASE_DURATION_S", "15")))

@@ -67,6 +67,8 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 SlurmctldTimeout=30
 SlurmdTimeout=30
+# One host runs every daemon and the self-checks: allow for a loaded machine.
+MessageTimeout=60
 MinJobAge=300
 ${SLURM_EXTRA_CONF:-}
 NodeName=gn[1-$NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((BASE + 1))-$last] CPUs=1 RealMemory=512 State=UNKNOWN
@@ -79,11 +81,11 @@ for i in $(seq 1 "$NODES"); do
   slurmd -N "gn$i" -f "$SLURM_CONF"
 done
 # Up = every node registered and responding (idle, or drained by a failing health check).
-for _ in $(seq 1 300); do
+for _ in $(seq 1 600); do
   up="$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 !~ /[*~#!%]|unk|down/ {print $1}' | sort -u | wc -l)"
   [ "$up" -ge "$NODES" ] && { echo "export SLURM_CONF=$SLURM_CONF"; exit 0; }
   sleep 0.2
 done
-echo "slurm.sh: nodes did not come up in 60s; see $DIR/*.log" >&2
+echo "slurm.sh: nodes did not come up in 120s; see $DIR/*.log" >&2
 sinfo -N >&2 || true
 exit 1

@@ -127,7 +127,9 @@ class KubernetesExecutor:
         self.api.patch_node_status(node, objects.condition_patch(
             healthy=not cordon, reason=why if cordon else "Recovered", message=note, now=self.clock(),
             previous=previous))
-        self._event(kind="Node", name=node, namespace="", uid=current.metadata.uid,
+        # uid = the node's name, as the kubelet and node-problem-detector record it: `kubectl describe
+        # node` searches Events by that, not by the Node object's uid.
+        self._event(kind="Node", name=node, namespace="", uid=node,
                     reason="TrainguardCordon" if cordon else "TrainguardUncordon", message=note, warning=cordon)
 
     # --- pods --------------------------------------------------------------------------------

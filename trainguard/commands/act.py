@@ -59,6 +59,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                              on_decision=show)
     if args.metrics_port:
         core.metrics.serve(args.metrics_port)
+    _wait_for_leadership(settings, console)
     mode = "dry-run" if dry_run else f"executor {args.executor or cfg.executor}"
     console.print(f"act: {mode}, consuming {topics.name('incidents')} on {settings.broker.servers}")
     app = create_act_app(settings, core, max_incidents=args.max_incidents, timeout_s=args.timeout)
@@ -69,6 +70,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return int(exc.code or 0)
     close()
     return 0
+
+
+def _wait_for_leadership(settings: Settings, console: Console) -> None:
+    """With LEASE_NAME set (several replicas), act only while holding the Lease (streams/leader.py)."""
+    import os
+
+    from streams.leader import LeaseElector
+
+    elector = LeaseElector.from_env(kube=settings.actions.kubernetes)
+    if elector is None:
+        return
+    console.print(f"act: waiting for the Lease {elector.namespace}/{elector.name} as {elector.identity}")
+    elector.wait_until_leader()
+    console.print("act: leading")
+    elector.keep_leading(on_lost=lambda: os._exit(1))  # never act beside a new leader
 
 
 def build_core(settings: Settings, topics: Any, *, executor: str, dry_run: bool,

@@ -74,6 +74,8 @@ def test_evict_drains_like_kubectl_and_leaves_a_trail(fake_kube: Any, kube_pod: 
         about = {(e["involvedObject"]["kind"], e["involvedObject"]["name"]): e for e in kube.events}
         assert set(about) == {("Node", "n1"), ("Pod", "trainer-0")}
         assert about[("Node", "n1")]["metadata"]["namespace"] == "default"
+        assert about[("Node", "n1")]["involvedObject"]["uid"] == "n1"  # what `kubectl describe node` matches
+        assert about[("Pod", "trainer-0")]["involvedObject"]["uid"] == "uid-trainer-0"
         assert about[("Pod", "trainer-0")]["metadata"]["namespace"] == "training"
         assert about[("Pod", "trainer-0")]["type"] == "Warning"
         evictions = [r for r in kube.requests if r[1].endswith("/eviction")]

@@ -28,6 +28,8 @@ FULL = {
     "act": {"replicas": 2, "leaderElection": {"enabled": True}, "dryRun": False, "trainingNamespaces": ["team-a", "team-b"], "nodeNames": ["gpu-1"]},
     "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
     "alerts": {"enabled": True, "alertmanagerURL": "http://am:9093/api/v2/alerts", "slackURL": "https://hooks/x"},
+    "console": {"enabled": True, "credentialsExistingSecret": "console-users"},
+    "networkPolicy": {"consoleFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress"}}}]},
 }
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 
@@ -145,6 +147,7 @@ def test_pod_security_profiles(tmp_path: Path) -> None:
     assert is_restricted(default["tg-trainguard-act"]) == []
     assert is_restricted(restricted["tg-trainguard-collectors"]) == []
     assert is_restricted(restricted["tg-trainguard-alerts"]) == []
+    assert is_restricted(restricted["tg-trainguard-console"]) == []
     # baseline: exactly the documented exceptions, and each is commented in the template
     assert sorted(set(is_restricted(default["tg-trainguard-collectors"]))) == ["capabilities", "hostPath volume",
                                                                                "runs as root"]
@@ -159,12 +162,14 @@ def test_network_policy_limits_each_component(tmp_path: Path) -> None:
     docs = render(FULL, tmp=tmp_path)
     policies = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
     assert set(policies) == {"tg-trainguard-worker", "tg-trainguard-act", "tg-trainguard-collectors",
-                             "tg-trainguard-alerts"}
+                             "tg-trainguard-alerts", "tg-trainguard-console"}
     assert policies.pop("tg-trainguard-alerts")["ingress"] == []
+    console = policies.pop("tg-trainguard-console")["ingress"][0]
+    assert console["ports"] == [{"protocol": "TCP", "port": 8765}] and console["from"] == FULL["networkPolicy"]["consoleFrom"]
     for name, spec in policies.items():
         assert spec["policyTypes"] == ["Ingress", "Egress"]
         ingress_ports = {p["port"] for rule in spec["ingress"] for p in rule["ports"]}
-        assert ingress_ports == ({9401, 6066} if "worker" in name else {9403} if "act" in name else {9402})
+        assert ingress_ports == ({9401} if "worker" in name else {9403} if "act" in name else {9402})
         api = [r for r in spec["egress"] if any("ipBlock" in t for t in r.get("to", []))]
         assert bool(api) == name.endswith("-act"), name  # only act talks to the API server
 
@@ -217,3 +222,17 @@ def test_baseline_collectors_mount_what_the_collectors_read(tmp_path: Path) -> N
     assert mounts["host-sys"] == "/host/sys" and mounts["kmsg"] == "/dev/kmsg"
     assert int(env["TRAINGUARD_METRICS__PORT"]["value"]) == container["ports"][0]["containerPort"]
     assert spec["automountServiceAccountToken"] is False
+
+
+def test_every_value_is_documented_in_the_chart_readme() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    missing = []
+    for top, sub in values.items():
+        keys = [top] if not isinstance(sub, dict) or not sub else [f"{top}.{k}" for k in sub]
+        for key in keys:
+            leaf = key.split(".")[-1]
+            if f"`{key}" not in readme and f".{leaf}`" not in readme and f"`.{leaf}" not in readme \
+                    and f", `.{leaf}" not in readme:
+                missing.append(key)
+    assert missing == []

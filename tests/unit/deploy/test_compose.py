@@ -118,3 +118,21 @@ def test_healthcheck_probes_metrics_port_or_nothing() -> None:
     assert module.health_url({"TRAINGUARD_METRICS__PORT": "9401"}) == "http://127.0.0.1:9401/metrics"
     assert module.health_url({"TRAINGUARD_HEALTH_URL": "http://x/healthz"}) == "http://x/healthz"
     assert module.health_url({}) == ""
+
+
+def test_dashboard_and_alert_rules_query_metrics_trainguard_exports() -> None:
+    """A renamed metric would leave a panel or an alert silently empty."""
+    import json
+
+    exported = "".join((ROOT / p).read_text() for p in ("streams/metrics.py", "streams/action_metrics.py",
+                                                         "collectors/metrics.py"))
+    dashboard = json.dumps(json.loads((ROOT / "deploy/grafana/trainguard-dashboard.json").read_text()))
+    rules = (ROOT / "deploy/helm/trainguard/files/alerts.yaml").read_text()
+    used = set(re.findall(r"\b(trainguard_[a-z_]+)", dashboard + rules))
+    assert used
+    unknown = set()
+    for metric in used:
+        base = re.sub(r"_(total|bucket|sum|count|created)$", "", metric)
+        if f'"{base}"' not in exported and f'"{metric}"' not in exported:
+            unknown.add(metric)
+    assert unknown == set()
