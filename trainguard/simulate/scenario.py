@@ -30,6 +30,20 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The shapes a fault with no `variant` is drawn from: the original ones, so that adding a shape does not
+# change what older scenarios (and their figures) contain. Newer shapes are used when named.
+DRAWN: dict[str, tuple[str, ...]] = {
+    "hw_fault": ("xid", "dbe", "lost", "nvlink", "remap_failed"),
+    "network": ("port_down", "error_burst"),
+    "hang": ("dataloader", "collective", "cuda_sync"),
+    "slowdown": ("thermal", "power", "silent"),
+    "nan": ("loss", "grad"),
+    "loss_spike": ("spike",),
+    "sdc": ("checksum",),
+    "user_error": ("import_error", "shape_mismatch", "syntax_error", "oom"),
+}
+
+
 class ScenarioError(ValueError):
     """A scenario file is invalid; the message is one line naming the key."""
 
