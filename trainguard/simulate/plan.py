@@ -193,6 +193,8 @@ def latency_budget(kind: str, scenario: Scenario, start: float, fault: Fault | N
         return (fault.end - fault.start) * min(1.0, 0.1 / fault.magnitude) + 900.0
     if budget is None or kind == "hw_fault":
         return budget
+    if fault is not None and fault.variant == "intermittent":
+        budget += 2 * job.step_time_s  # the corruption first shows on one step in three
     offset = start - scenario.start_ts
     for every, pause in ((job.checkpoint_every_s, job.checkpoint_pause_s), (job.eval_every_s, job.eval_pause_s)):
         if every and offset % every < pause + job.step_time_s * 1.5:
