@@ -197,8 +197,16 @@ def latency_budget(kind: str, scenario: Scenario, start: float, fault: Fault | N
         budget += 2 * job.step_time_s  # the corruption first shows on one step in three
     offset = start - scenario.start_ts
     for every, pause in ((job.checkpoint_every_s, job.checkpoint_pause_s), (job.eval_every_s, job.eval_pause_s)):
-        if every and offset % every < pause + job.step_time_s * 1.5:
+        if not every:
+            continue
+        since = offset % every
+        if job.checkpoint_every_s and job.eval_every_s:  # a checkpoint and an eval on one grid point: one long pause
+            point = offset - since
+            if point % job.checkpoint_every_s < 1e-6 and point % job.eval_every_s < 1e-6:
+                pause = job.checkpoint_pause_s + job.eval_pause_s
+        if since < pause + job.step_time_s * 1.5:
             budget += pause + job.step_time_s * 1.5
+            break
     return budget
 
 
