@@ -262,8 +262,10 @@ class HangDetector(Detector):
             job.pause_step, job.pause_key = max(job.max_step, step), frozenset((phase,))
             job.resumed = set()
         else:
-            if job.pause_phase not in MEASURED_PAUSES or phase in ENDED:
+            if phase in ENDED or (job.pause_phase in ENDED and phase == "init"):
                 job.pause_phase = phase  # a job that says it stopped is not hung in the pause it was in
+            elif job.pause_phase not in MEASURED_PAUSES and job.pause_phase not in ENDED:
+                job.pause_phase = phase  # (a late heartbeat of the old phase does not revive the pause)
             job.pause_key = job.pause_key | {phase}
             job.pause_step = max(job.pause_step, step)
             job.announced = job.announced or announced

@@ -169,3 +169,15 @@ def test_a_job_that_stops_during_a_checkpoint_is_not_hung_though_idle_gpus_read_
         out += feed(d, [NodeGpuSample(ts=f.ts, node=f"node-{n:02d}", gpus=[GpuStats(index=0, util_pct=k % 4)])
                         for n in range(f.nodes)])
     assert out == []
+
+
+def test_late_heartbeats_of_the_old_phase_do_not_revive_a_stopped_jobs_pause() -> None:
+    """A crash in a checkpoint: 'stopped' is announced, then skewed heartbeats still say 'checkpointing'."""
+    f, d = Fleet(step_s=2.0), HangDetector()
+    feed(d, f.steps(30))
+    feed(d, _pause(f, "checkpointing", 30) + f.steps(5))
+    out = feed(d, _pause(f, "checkpointing", 20) + [f.phase("stopped")])
+    out += feed(d, f.beats(phase="checkpointing"))  # sent before the crash, stamped by a clock running late
+    f.ts += 300.0
+    out += feed(d, [f.phase("init")] + f.samples())
+    assert out == []
