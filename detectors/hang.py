@@ -46,6 +46,8 @@ from schemas.records import (
 
 PAUSE_PHASES = frozenset({"checkpointing", "eval", "init", "idle", "stopped"})
 MEASURED_PAUSES = frozenset({"checkpointing", "eval"})
+ENDED = frozenset({"stopped", "idle"})
+BUSY_UTIL_PCT = 10.0  # above an idle GPU's reading noise
 SPIN_UTIL_PCT = 90.0
 
 
@@ -157,7 +159,7 @@ class HangDetector(Detector):
                 # Busy GPUs mean live processes (a hung collective spins at full utilisation); idle GPUs
                 # after a crash must not keep a dead job "alive".
                 job = self._jobs[name]
-                if any(g.util_pct > 0 for g in record.gpus):
+                if any(g.util_pct >= BUSY_UTIL_PCT for g in record.gpus):
                     job.alive_ts = max(job.alive_ts, record.ts)
                 self._busy[record.node] = min(g.util_pct for g in record.gpus) >= SPIN_UTIL_PCT
                 self._spin(job, record.node, record.ts)
@@ -260,8 +262,10 @@ class HangDetector(Detector):
             job.pause_step, job.pause_key = max(job.max_step, step), frozenset((phase,))
             job.resumed = set()
         else:
-            if job.pause_phase not in MEASURED_PAUSES:
-                job.pause_phase = phase
+            if phase in ENDED or (job.pause_phase in ENDED and phase == "init"):
+                job.pause_phase = phase  # a job that says it stopped is not hung in the pause it was in
+            elif job.pause_phase not in MEASURED_PAUSES and job.pause_phase not in ENDED:
+                job.pause_phase = phase  # (a late heartbeat of the old phase does not revive the pause)
             job.pause_key = job.pause_key | {phase}
             job.pause_step = max(job.pause_step, step)
             job.announced = job.announced or announced

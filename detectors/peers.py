@@ -9,7 +9,11 @@ gathers each step's compute times across ranks and flags ranks whose value
 sits `z` robust standard deviations (median/MAD) above their peers' median
 and at least `min_rel` above it. A rank flagged in `min_hits` of the last
 `window` steps is a suspect. If more than a quarter of the ranks are
-suspects the cause is systemic (data, network) and nobody is named.
+suspects on more than one node, the cause is systemic (data, network) and
+nobody is named. In a small job (2 to 8 nodes) one slow node holds too
+large a share of the ranks to stand out among them, so whole nodes are
+compared too: a node whose every rank is slower than every other rank, and
+whose mean is `min_rel` above the next node's, is the straggler.
 
 `GpuSlowSignals` remembers, per node, the latest sign of a GPU running
 slow: thermal, power-brake or hardware-slowdown throttle reasons (NVML
@@ -116,11 +120,30 @@ class StragglerTracker:
         med = float(np.median(ratios))
         scale = 1.4826 * float(np.median(np.abs(ratios - med)))
         limit = max(med * (1 + self.min_rel), med + self.z * max(scale, 0.005 * med))
-        for i in np.flatnonzero(ratios > limit).tolist():
-            hits = p.flags.get(ranks[i])
+        slow = [ranks[i] for i in np.flatnonzero(ratios > limit).tolist()]
+        if not slow:
+            slow = self._slow_node(p, ranks, ratios)
+        for rank in slow:
+            hits = p.flags.get(rank)
             if hits is None:
-                p.flags[ranks[i]] = hits = deque(maxlen=self.min_hits * 2)
+                p.flags[rank] = hits = deque(maxlen=self.min_hits * 2)
             hits.append(p.step)
+
+    def _slow_node(self, p: _Peers, ranks: list[int], ratios: np.ndarray) -> list[int]:
+        """In a small job one slow node is a large share of the ranks, too many to be outliers among them:
+        compare whole nodes instead. A node whose every rank is slower than every rank elsewhere, and
+        whose mean is `min_rel` above the next node's, is the straggler."""
+        by_node: dict[str, list[float]] = {}
+        for rank, ratio in zip(ranks, ratios.tolist()):
+            by_node.setdefault(p.node_of.get(rank, ""), []).append(ratio)
+        if len(by_node) < 2 or len(by_node) > 8:
+            return []
+        means = sorted(((sum(v) / len(v), n) for n, v in by_node.items()), reverse=True)
+        (top, node), (second, _) = means[0], means[1]
+        rest = max(r for n, v in by_node.items() if n != node for r in v)
+        if top < second * (1 + self.min_rel) or min(by_node[node]) <= rest:
+            return []
+        return [r for r in ranks if p.node_of.get(r) == node]
 
     def suspects(self, job: str) -> tuple[list[int], list[str], str]:
         """(ranks, nodes, how) of the ranks slow in enough recent steps."""
@@ -129,9 +152,11 @@ class StragglerTracker:
             return [], [], "none"
         since = p.finalized - self.window
         ranks = sorted(r for r, hits in p.flags.items() if sum(1 for s in hits if s > since) >= self.min_hits)
-        if not ranks or len(ranks) * 4 > max(len(p.node_of), 1):
-            return [], [], "none"
-        return ranks, sorted({p.node_of[r] for r in ranks}), "peers"
+        nodes = sorted({p.node_of[r] for r in ranks})
+        all_nodes = len(set(p.node_of.values()))
+        if not ranks or (len(ranks) * 4 > max(len(p.node_of), 1) and (len(nodes) > 1 or all_nodes < 2)):
+            return [], [], "none"  # many ranks on many nodes: systemic (data, network), nobody to name
+        return ranks, nodes, "peers"
 
     def ranks_on(self, job: str, nodes: list[str]) -> list[int]:
         """The job's ranks running on `nodes` (a node-level culprit slows all of them)."""

@@ -140,8 +140,11 @@ class SlowdownDetector(Detector):
         if value <= 0:
             return []
         out = self._update(s, rec, value)
+        if s.episode is not None or s.hits:  # a step change: the change-point test has it
+            self._trend.hold(rec.job, rec.ts)
+            return out
         decline = self._trend.add(rec.job, rec.attempt, rec.ts, value)
-        if decline is not None and s.episode is None and not out:
+        if decline is not None:
             onset, rel, ref = decline
             out.append(finding(self.instance, "slowdown", ts=rec.ts, onset=onset, job=rec.job, step=rec.step,
                                key=("decline", onset), evidence={"slowdown": round(rel, 4), "baseline": ref,
@@ -198,6 +201,7 @@ class SlowdownDetector(Detector):
         if recent < base * (1 + self.min_rel / 2):
             s.episode, s.hits, s.rising = None, 0, None
         elif rec.ts - s.episode > self.accept_s:  # the new speed is the new normal
+            self._trend.rebase(rec.job)
             s.base = Rolling(self.baseline_n)
             for _, v in s.recent:
                 s.base.add(v)

@@ -109,6 +109,23 @@ class DeclineTracker:
         t.reported_ts = ts
         return t.open_since, decline, ref
 
+    def hold(self, job: str, ts: float) -> None:
+        """A step change is being handled elsewhere (a straggler episode): its steps are no decline.
+
+        The block under way is dropped and the run of blocks above the
+        reference starts over, so a straggler that came and went is never
+        reported again, late, as a decline.
+        """
+        t = self._jobs.get(job)
+        if t is not None:
+            t.values, t.block_start, t.above, t.open_since, t.skip = [], ts, 0, None, True
+
+    def rebase(self, job: str) -> None:
+        """The job's current speed was accepted as its new normal: forget the older, faster blocks."""
+        t = self._jobs.get(job)
+        if t is not None:
+            t.blocks.clear()
+
     def forget(self, job: str) -> None:
         """Drop a job's history (it ended)."""
         self._jobs.pop(job, None)

@@ -81,7 +81,8 @@ RECOVERY_NONE = ("None", "none")
 def classify(code: int, message: str = "") -> XidClass:
     """The class of one XID code (154 is judged by the recovery action its message names)."""
     if code == RECOVERY_XID:
-        if message and not any(word in message for word in RECOVERY_NONE):
+        action = message.rsplit(" to ", 1)[-1]  # "changed from 0x0 (None) to 0x1 (Reset Required)"
+        if action and not any(word in action for word in RECOVERY_NONE):
             return XidClass(code, "fatal", f"GPU recovery action required: {message}")
         return XidClass(code, "application", "GPU recovery action changed to none")
     if code in FATAL:

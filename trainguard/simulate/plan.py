@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainguard.simulate.scenario import VARIANTS, FaultSpec, JobSpec, Scenario
+from trainguard.simulate.scenario import DRAWN, FaultSpec, JobSpec, Scenario
 
 # Default fault lengths in seconds (how long until the job is recovered).
 DEFAULT_DURATION_S: dict[str, float] = {
@@ -24,8 +24,10 @@ DEFAULT_DURATION_S: dict[str, float] = {
     "sdc": 300.0,
     "user_error": 180.0,
 }
-# Codes NVIDIA's XID catalog resolves with a GPU reset, node reboot or a service call.
-EVICTING_XIDS: tuple[int, ...] = (48, 79, 94, 95, 63, 64, 92, 119, 74, 46, 120, 140)
+# Codes NVIDIA's XID catalog resolves with a GPU reset, node reboot or a service call (drawn when a
+# fault names no code), and further catalog codes a scenario may name (74 NVLink, 46, 120 GSP, 140 ECC).
+EVICTING_XIDS: tuple[int, ...] = (48, 79, 94, 95, 63, 64, 92, 119)
+MORE_CATALOG_XIDS: tuple[int, ...] = (74, 46, 120, 140)
 # Codes whose catalog action is "restart the application": never a reason to evict.
 BENIGN_XIDS: tuple[int, ...] = (13, 31, 43)
 # Faults after which the job is torn down and restarted from its last checkpoint.
@@ -100,7 +102,7 @@ class Fault:
 def resolve(spec: FaultSpec, index: int, scenario: Scenario, rng: random.Random) -> Fault:
     """Fill in a fault's unset place and shape from the seeded generator."""
     job, lay = scenario.job, Layout.of(scenario.job)
-    variant = spec.variant or rng.choice(VARIANTS[spec.kind])
+    variant = spec.variant or rng.choice(DRAWN[spec.kind])
     start = scenario.start_ts + spec.at_s
     spike_steps = 0
     if spec.kind == "loss_spike":
@@ -191,10 +193,20 @@ def latency_budget(kind: str, scenario: Scenario, start: float, fault: Fault | N
         return (fault.end - fault.start) * min(1.0, 0.1 / fault.magnitude) + 900.0
     if budget is None or kind == "hw_fault":
         return budget
+    if fault is not None and fault.variant == "intermittent":
+        budget += 2 * job.step_time_s  # the corruption first shows on one step in three
     offset = start - scenario.start_ts
     for every, pause in ((job.checkpoint_every_s, job.checkpoint_pause_s), (job.eval_every_s, job.eval_pause_s)):
-        if every and offset % every < pause + job.step_time_s * 1.5:
+        if not every:
+            continue
+        since = offset % every
+        if job.checkpoint_every_s and job.eval_every_s:  # a checkpoint and an eval on one grid point: one long pause
+            point = offset - since
+            if point % job.checkpoint_every_s < 1e-6 and point % job.eval_every_s < 1e-6:
+                pause = job.checkpoint_pause_s + job.eval_pause_s
+        if since < pause + job.step_time_s * 1.5:
             budget += pause + job.step_time_s * 1.5
+            break
     return budget
 
 

@@ -30,6 +30,27 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The shapes a fault with no `variant` is drawn from: the original ones, so that adding a shape does not
+# change what older scenarios (and their figures) contain. Newer shapes are used when named.
+DRAWN: dict[str, tuple[str, ...]] = {
+    "hw_fault": ("xid", "dbe", "lost", "nvlink", "remap_failed"),
+    "network": ("port_down", "error_burst"),
+    "hang": ("dataloader", "collective", "cuda_sync"),
+    "slowdown": ("thermal", "power", "silent"),
+    "nan": ("loss", "grad"),
+    "loss_spike": ("spike",),
+    "sdc": ("checksum",),
+    "user_error": ("import_error", "shape_mismatch", "syntax_error", "oom"),
+}
+
+
+CheckpointStyle = Literal["sync", "async", "megatron"]
+
+
+def _sync_only() -> list[CheckpointStyle]:
+    return ["sync"]
+
+
 class ScenarioError(ValueError):
     """A scenario file is invalid; the message is one line naming the key."""
 
@@ -65,8 +86,8 @@ class JobSpec(_Strict):
     start_s: float = Field(0.0, ge=0, description="when the job starts (job churn)")
     end_s: float | None = Field(None, gt=0, description="when the job ends and frees its nodes; default: never")
     warmup_steps: int = Field(0, ge=0, description="LR warm-up: the loss plateaus and is noisier for these steps")
-    checkpoint_styles: list[Literal["sync", "async", "megatron"]] = Field(
-        default_factory=lambda: ["sync"], min_length=1,
+    checkpoint_styles: list[CheckpointStyle] = Field(
+        default_factory=_sync_only, min_length=1,
         description="drawn per checkpoint: sync pauses; async (torch.distributed.checkpoint.async_save) stages "
                     "briefly then overlaps steps; megatron announces checkpointing, training, eval at once")
 

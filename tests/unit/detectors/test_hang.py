@@ -157,3 +157,27 @@ def test_a_hang_inside_a_checkpoint_spinning_gpus_is_caught_like_an_idle_one() -
     assert [a.kind for a in out] == ["hang"]
     assert out[0].ts - hung_at <= 60.0  # the pause allowance (~150 s) did not apply
     assert out[0].evidence["gpus_spinning"] is True
+
+
+def test_a_job_that_stops_during_a_checkpoint_is_not_hung_though_idle_gpus_read_a_little_utilisation() -> None:
+    f, d = Fleet(step_s=2.0), HangDetector()
+    feed(d, f.steps(30))
+    feed(d, _pause(f, "checkpointing", 30) + f.steps(5))  # teaches a 30 s checkpoint
+    out = feed(d, _pause(f, "checkpointing", 20) + [f.phase("stopped")])
+    for k in range(60):  # the job is gone; its nodes' idle GPUs read 0-3 % (NVML noise)
+        f.ts += 10.0
+        out += feed(d, [NodeGpuSample(ts=f.ts, node=f"node-{n:02d}", gpus=[GpuStats(index=0, util_pct=k % 4)])
+                        for n in range(f.nodes)])
+    assert out == []
+
+
+def test_late_heartbeats_of_the_old_phase_do_not_revive_a_stopped_jobs_pause() -> None:
+    """A crash in a checkpoint: 'stopped' is announced, then skewed heartbeats still say 'checkpointing'."""
+    f, d = Fleet(step_s=2.0), HangDetector()
+    feed(d, f.steps(30))
+    feed(d, _pause(f, "checkpointing", 30) + f.steps(5))
+    out = feed(d, _pause(f, "checkpointing", 20) + [f.phase("stopped")])
+    out += feed(d, f.beats(phase="checkpointing"))  # sent before the crash, stamped by a clock running late
+    f.ts += 300.0
+    out += feed(d, [f.phase("init")] + f.samples())
+    assert out == []

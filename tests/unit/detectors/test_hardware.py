@@ -6,7 +6,7 @@ import pytest
 
 from detectors.hardware import HardwareDetector
 from detectors.xid import classify
-from schemas.records import GpuStats, NodeGpuSample, XidEvent
+from schemas.records import GpuStats, LogEvent, NodeGpuSample, XidEvent
 
 
 def sample(ts: float, *, xids: list[int] = (), nvml_ok: bool = True, **gpu0: object) -> NodeGpuSample:
@@ -97,3 +97,42 @@ def test_xid_from_kernel_log_lines(line: str, code: int | None) -> None:
     if code:
         assert out[0].job == "j"  # the node's job, learned from its samples
         assert d.observe(sample(6.0, xids=[code])) == []  # the same XID from NVML is not a second finding
+
+
+def test_nvml_calls_timing_out_are_a_hardware_suspect_naming_the_node() -> None:
+    d = HardwareDetector()
+    d.observe(NodeGpuSample(ts=1.0, node="n3", job="j", gpus=[GpuStats(index=i) for i in range(8)]))
+    assert d.observe(NodeGpuSample(ts=11.0, node="n3", job="j", nvml_ok=False, error="NVML unavailable: no driver")) == []
+    out = d.observe(NodeGpuSample(ts=21.0, node="n3", job="j", nvml_ok=False,
+                                  error="NVML call timed out after 5.0s"))
+    assert [(a.kind, a.nodes, a.job, a.evidence["findings"][0]["cause"]) for a in out] == [
+        ("hw_fault", ["n3"], "j", "nvml_timeout")]
+    assert d.observe(NodeGpuSample(ts=31.0, node="n3", job="j", nvml_ok=False,
+                                   error="NVML call still hung (over 5.0s); not retrying yet")) == []  # cooled down
+
+
+@pytest.mark.parametrize("action", [1, 2, 3, 4])
+def test_a_gpu_recovery_action_other_than_none_is_a_fault(action: int) -> None:
+    d = HardwareDetector()
+    d.observe(NodeGpuSample(ts=1.0, node="n0", gpus=[GpuStats(index=0), GpuStats(index=1)]))
+    out = d.observe(NodeGpuSample(ts=2.0, node="n0", gpus=[GpuStats(index=0), GpuStats(index=1,
+                                                                                     recovery_action=action)]))
+    assert [(a.gpus, a.evidence["findings"][0]["cause"]) for a in out] == [(["n0:1"], "recovery_action")]
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45])
+def test_benign_xids_never_produce_an_eviction_even_in_a_burst(code: int) -> None:
+    d = HardwareDetector()
+    out = []
+    for t in range(50):
+        xids = [XidEvent(gpu=g, code=code, ts=float(t)) for g in range(8)]
+        out += d.observe(NodeGpuSample(ts=float(t), node="n0", gpus=[GpuStats(index=g) for g in range(8)], xids=xids))
+        out += d.observe(LogEvent(ts=float(t), node="n0", level="error", source="kernel",
+                                  message=f"NVRM: Xid (PCI:0000:3b:00): {code}, pid=1234, Ch 00000010"))
+    assert out == []
+
+
+def test_xid_154_is_judged_by_the_recovery_action_it_names() -> None:
+    assert classify(154, "GPU recovery action changed from 0x0 (None) to 0x1 (Reset Required)").severity == "fatal"
+    assert classify(154, "GPU recovery action changed from 0x1 (Reset Required) to 0x0 (None)").severity != "fatal"
+    assert classify(46).severity == "fatal" and classify(74).severity == "fatal"

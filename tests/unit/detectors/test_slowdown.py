@@ -88,3 +88,23 @@ def test_a_heavier_pipeline_stage_is_not_a_straggler() -> None:
         if isinstance(r, TrainingStep):
             t.add(r)
     assert t.suspects("job-a")[0] == [4]
+
+
+def test_a_silent_straggler_node_in_a_small_job_is_named_from_compute_times_alone() -> None:
+    """Two or three nodes: the slow node holds a third or half of the ranks, too many to be rank outliers."""
+    for nodes in (2, 3):
+        f, d = Fleet(nodes=nodes, gpus=8, tp=2, step_s=5.0), SlowdownDetector()
+        out = []
+        for r in f.steps(40):
+            out += d.observe(r)
+        f.slow = {r: 1.25 for r in range(8, 16)}  # node-01, no GPU signal at all
+        for r in f.steps(40):
+            out += d.observe(r)
+        assert [(a.kind, a.nodes) for a in out] == [("slowdown", ["node-01"])], nodes
+        assert out[0].ranks == list(range(8, 16))
+
+
+def test_a_small_healthy_job_names_no_straggler() -> None:
+    f, d = Fleet(nodes=2, gpus=8, tp=2, step_s=5.0, noise=0.03), SlowdownDetector()
+    assert [a for r in f.steps(300) for a in d.observe(r)] == []
+    assert d._peers.suspects("job-a") == ([], [], "none")

@@ -43,9 +43,9 @@ def test_nan_step_yields_anomaly_and_incident() -> None:
     proc = processor()
     good = codec.encode(TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=1, loss=3.0))
     bad = codec.encode(TrainingStep(ts=2.0, job="j", rank=2, node="n1", step=2, loss="nan"))
-    later = codec.encode(TrainingStep(ts=8.0, job="j", rank=0, node="n0", step=3, loss=3.0))  # past settle + skew
+    later = codec.encode(TrainingStep(ts=8.0, job="j", rank=0, node="n0", step=3, loss=3.0))
     assert proc.process(RawMessage(topic="t.training", value=good)) == []
-    # the NaN detector reports once event time has moved past its settle time
+    # the NaN detector reports once event time has moved past its settle time (1 s batching + 2 x 2 s skew)
     out = proc.process_batch([RawMessage(topic="t.training", value=bad), RawMessage(topic="t.training", value=later)])
     assert [m.topic for m in out] == ["t.anomalies", "t.incidents"]
     incident = codec.decode(out[1].value)
