@@ -20,15 +20,34 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Hashable, Mapping, Sequence
+
+import msgspec
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from detectors.pipeline import DetectionPipeline
 from schemas.codec import Codec, DecodeError
 from schemas.records import Anomaly, DeadLetter, Incident, Record
-from schemas.topics import TOPIC_RECORDS, Topics, key_for, tag_of
+from schemas.topics import INTERNAL_RECORDS, NODE_TOPICS, TOPIC_RECORDS, Topics, key_for, tag_of
 from streams.watermark import EventClock
+
+_ALLOWED = {**TOPIC_RECORDS, **INTERNAL_RECORDS}
+
+
+@dataclass
+class Routing:
+    """Where this processor sits among the worker's tasks, for repartitioning jobless node records.
+
+    `job_of` is the fleet-wide node->job table (every worker reads the
+    compacted `node-jobs` topic); `task_of(job)` is the partition a job's
+    key hashes to. A jobless node record whose node runs a job of another
+    task is forwarded, unchanged, to `node-events` keyed by that job.
+    """
+
+    task: int
+    job_of: Callable[[str], str]
+    task_of: Callable[[str], int]
 
 # Dead letters keep at most this much of the original (base64 grows it by a
 # third); the rest stays findable at (topic, partition, offset) with its digest.
@@ -101,12 +120,16 @@ class ProcessorStats:
 class MessageProcessor:
     """Decode, validate, detect; produce anomalies, incidents, dead letters."""
 
-    def __init__(self, pipeline: DetectionPipeline, topics: Topics, codec: Codec | None = None) -> None:
+    def __init__(self, pipeline: DetectionPipeline, topics: Topics, codec: Codec | None = None, *,
+                 stats: ProcessorStats | None = None, routing: Routing | None = None) -> None:
         self.pipeline = pipeline
         self.topics = topics
         self.codec = codec or Codec()
-        self.stats = ProcessorStats()
+        self.stats = stats or ProcessorStats()
+        self.routing = routing
         self._logical: dict[str, str] = {}  # physical -> logical topic name, cached (hot path)
+        self._node_events = topics.name("node-events")
+        self._node_jobs = topics.name("node-jobs")
 
     def process(self, message: Message) -> list[OutMessage]:
         """Handle one message; never raises on bad input."""
@@ -140,12 +163,17 @@ class MessageProcessor:
             stats.processed += len(messages)
             stats.by_topic[logical] = stats.by_topic.get(logical, 0) + len(messages)
             admit = clock.admit
+            routed = self.routing is not None and logical in NODE_TOPICS
             for message in messages:
                 try:
                     record = self._decode(message, logical)
                 except DecodeError as exc:
                     out.append(self._dead_letter(message, str(exc)))
                     continue
+                if routed and not record.job and self._forward(record, message, out):  # type: ignore[attr-defined]
+                    continue
+                if logical == "node-events" and not record.job:  # type: ignore[attr-defined]
+                    record = msgspec.structs.replace(record, job=(message.key or b"").decode())  # type: ignore[call-arg]
                 verdict = admit(tp, record.ts, message.timestamp / 1000.0, Pending(record, message))
                 if verdict.accept:
                     accepted.extend(verdict.accept)
@@ -162,7 +190,19 @@ class MessageProcessor:
                 out.extend(self._outputs(anomalies, incidents))
         if limit > pipeline.watermark and limit != float("inf"):
             out.extend(self.advance(limit))
+        if pipeline.nodes.changes:
+            out.extend(OutMessage(self._node_jobs, node.encode(), job.encode()) for node, job in pipeline.nodes.drain())
         return out
+
+    def _forward(self, record: Record, message: Message, out: list[OutMessage]) -> bool:
+        """Send a jobless node record to its job's task; False when it stays here."""
+        routing = self.routing
+        assert routing is not None
+        job = routing.job_of(record.node)  # type: ignore[attr-defined]
+        if not job or routing.task_of(job) == routing.task:
+            return False
+        out.append(OutMessage(self._node_events, job.encode(), message.value or b""))
+        return True
 
     def advance_to(self, clock: EventClock[Any]) -> list[OutMessage]:
         """Move time to the clock's watermark when no message came (idle partitions, silence)."""
@@ -187,7 +227,7 @@ class MessageProcessor:
         if message.value is None:
             raise DecodeError("empty message (tombstone)")
         record: Record = self.codec.decode(message.value)
-        allowed = TOPIC_RECORDS.get(logical)
+        allowed = _ALLOWED.get(logical)
         if allowed is not None and tag_of(record) not in allowed:
             raise DecodeError(f"record type {tag_of(record)!r} does not belong on topic {logical!r}", "type")
         return record
