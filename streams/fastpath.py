@@ -82,7 +82,8 @@ class BatchLoop:
         self._stopping = asyncio.Event()
         self._lock = asyncio.Lock()
         self._offsets: dict[TopicPartition, int] = {}  # next offset to commit, per partition
-        self._polls: dict[TopicPartition, tuple[int | None, float]] = {}
+        self._answer: tuple[int | None, float] = (None, 0.0)  # newest fetch-response stamp, when it changed
+        self.stale_after_s = 3.0
 
     def stop(self) -> None:
         """Ask the loop to finish its current batch and return."""
@@ -142,24 +143,32 @@ class BatchLoop:
                 self.metrics.refresh_lag(lambda t, p: consumer.highwater(TopicPartition(t, p)))
 
     async def _observe_broker(self, consumer: AIOKafkaConsumer) -> None:
-        """Tell each task's clock which partitions are caught up and whether the broker answers."""
+        """Tell each task's clock which partitions are caught up and whether the broker answers.
+
+        The broker answers while some fetch response arrived within the stale
+        window (aiokafka stamps every partition of a response); an outage stops
+        them all. Per partition, "caught up" is its position against the end
+        offset of the last response.
+        """
         now = time.monotonic()
-        fresh = {n: True for n in self.tasks}
+        newest = None
         for tp in consumer.assignment():
-            task = self.task(tp.partition)
             stamp = consumer.last_poll_timestamp(tp)
-            seen, since = self._polls.get(tp, (None, now))
-            if stamp != seen:
-                self._polls[tp] = (stamp, now)
-                since = now
-            if stamp is None or now - since > task.clock.stale_after_s:
-                fresh[tp.partition] = False
+            if stamp is None:
                 continue
+            newest = stamp if newest is None else max(newest, stamp)
             end = consumer.last_stable_offset(tp)
             end = consumer.highwater(tp) if end is None else end
-            task.clock.observe_fetch(tp, caught_up=end is not None and await consumer.position(tp) >= end)
-        for number, ok in fresh.items():
-            self.tasks[number].clock.answered(ok)
+            self.task(tp.partition).clock.observe_fetch(
+                tp, caught_up=end is not None and await consumer.position(tp) >= end)
+        seen, since = self._answer
+        if newest is not None and newest != seen:
+            self._answer = (newest, now)
+            since = now
+        fresh = newest is not None and now - since <= self.stale_after_s
+        for task in self.tasks.values():
+            task.clock.answered(fresh)
+
 
     def _advance(self) -> list[OutMessage]:
         """No message: move each task's time as far as its event clock allows."""
@@ -221,7 +230,8 @@ class BatchLoop:
             return
         await self._begin(producer)
         for task in dirty:
-            blob = state.dump(state.Snapshot(task.processor.pipeline, dict(task.clock.parts)))
+            blob = state.dump(state.Snapshot(task.processor.pipeline, dict(task.clock.parts),
+                                               list(task.processor.buffer)))
             await producer.send(self.topics.name("worker-state"), blob, key=task.key(self.group_id))
             self.snapshots, self.snapshot_bytes, task.dirty = self.snapshots + 1, len(blob), False
         if offsets:
@@ -244,6 +254,12 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
                 loop.tasks.pop(number, None)  # its state is on the changelog; the next owner restores it
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        # Under the loop's lock: the batch loop must not process into a task that is being
+        # replaced by its restored state (that state would be lost with its offsets committed).
+        async with self.loop._lock:  # noqa: SLF001 - the loop's own helper
+            await self._assign(assigned)
+
+    async def _assign(self, assigned: list[TopicPartition]) -> None:
         loop = self.loop
         numbers = {tp.partition for tp in assigned}
         new = sorted(numbers - set(loop.tasks))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 
 import msgspec
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -128,6 +129,8 @@ class MessageProcessor:
         self.stats = stats or ProcessorStats()
         self.routing = routing
         self._logical: dict[str, str] = {}  # physical -> logical topic name, cached (hot path)
+        self.buffer: list[tuple[float, int, Record]] = []  # accepted, newer than the watermark (a heap)
+        self._seq = 0
         self._node_events = topics.name("node-events")
         self._node_jobs = topics.name("node-jobs")
 
@@ -179,19 +182,34 @@ class MessageProcessor:
                     accepted.extend(verdict.accept)
                 for pending, reason in verdict.reject:
                     out.append(self._dead_letter(pending.message, reason))
-        if len(fetched) > 1:
-            accepted.sort(key=_first)
+        heap, push = self.buffer, heapq.heappush
+        for ts, pending in accepted:
+            self._seq += 1
+            push(heap, (ts, self._seq, pending.record))
         pipeline = self.pipeline
-        pipeline.time_limit = limit = clock.watermark()
+        out.extend(self._release(clock.watermark()))
+        if pipeline.nodes.changes:
+            out.extend(OutMessage(self._node_jobs, node.encode(), job.encode()) for node, job in pipeline.nodes.drain())
+        return out
+
+    def _release(self, limit: float) -> list[OutMessage]:
+        """Process the buffered records up to the watermark, in event-time order, then advance to it.
+
+        A record newer than the watermark waits: another partition of the task
+        may still deliver older evidence, and a job's silence (a hang) is only
+        silence once every partition has passed it (Kafka Streams' partition
+        group does the same).
+        """
+        out: list[OutMessage] = []
+        pipeline, heap, pop = self.pipeline, self.buffer, heapq.heappop
+        pipeline.time_limit = limit
         process = pipeline.process
-        for _, pending in accepted:
-            anomalies, incidents = process(pending.record)
+        while heap and heap[0][0] <= limit:
+            anomalies, incidents = process(pop(heap)[2])
             if anomalies:
                 out.extend(self._outputs(anomalies, incidents))
         if limit > pipeline.watermark and limit != float("inf"):
             out.extend(self.advance(limit))
-        if pipeline.nodes.changes:
-            out.extend(OutMessage(self._node_jobs, node.encode(), job.encode()) for node, job in pipeline.nodes.drain())
         return out
 
     def _forward(self, record: Record, message: Message, out: list[OutMessage]) -> bool:
@@ -206,11 +224,7 @@ class MessageProcessor:
 
     def advance_to(self, clock: EventClock[Any]) -> list[OutMessage]:
         """Move time to the clock's watermark when no message came (idle partitions, silence)."""
-        limit = clock.watermark()
-        self.pipeline.time_limit = limit
-        if limit > self.pipeline.watermark and limit != float("inf"):
-            return self.advance(limit)
-        return []
+        return self._release(clock.watermark())
 
     def _logical_of(self, topic: str) -> str:
         logical = self._logical.get(topic)
@@ -259,7 +273,3 @@ class MessageProcessor:
         out = [OutMessage(self.topics.name("anomalies"), key_for(a), self.codec.encode(a)) for a in anomalies]
         out += [OutMessage(self.topics.name("incidents"), key_for(i), self.codec.encode(i)) for i in incidents]
         return out
-
-
-def _first(item: tuple[float, Pending]) -> float:
-    return item[0]

@@ -24,7 +24,7 @@ from typing import Any
 from detectors.pipeline import DetectionPipeline
 from streams.watermark import PartitionTime
 
-FORMAT = 1
+FORMAT = 2
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Snapshot:
 
     pipeline: DetectionPipeline
     parts: dict[Hashable, PartitionTime[Any]]
+    buffer: list[tuple[float, int, Any]]  # accepted records waiting for the watermark
     format: int = FORMAT
 
 

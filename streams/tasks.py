@@ -77,7 +77,11 @@ class TaskFactory:
         clock = self.new_clock()
         for tp, part in (snapshot.parts if snapshot is not None else {}).items():
             clock.assign(tp, part)
-        return Task(number, MessageProcessor(pipeline, self.topics, stats=self.stats, routing=routing), clock)
+        processor = MessageProcessor(pipeline, self.topics, stats=self.stats, routing=routing)
+        if snapshot is not None:
+            processor.buffer = list(snapshot.buffer)
+            processor._seq = max((seq for _, seq, _ in snapshot.buffer), default=0)  # noqa: SLF001
+        return Task(number, processor, clock)
 
 
 async def read_snapshots(broker: BrokerSettings, topics: Topics, keys: Iterable[bytes]) -> dict[bytes, state.Snapshot]:

@@ -16,17 +16,17 @@ def clock(**kw: float) -> EventClock[str]:
 def test_time_is_the_minimum_over_partitions_until_one_is_idle() -> None:
     c = clock()
     c.admit("a", 100.0, 0, "a1")
-    c.admit("b", 500.0, 0, "b1")
+    c.admit("b", 120.0, 0, "b1")
     assert c.watermark() == 100.0  # b's lead never moves time past what a has reached
     c.observe_fetch("a", caught_up=True)
     NOW[0] = 6.0
-    assert c.watermark() == 500.0  # a is caught up and quiet: set aside
+    assert c.watermark() == 120.0  # a is caught up and quiet: set aside
 
 
 def test_a_lagging_partition_is_never_set_aside() -> None:
     c = clock()
     c.admit("a", 100.0, 0, "a1")
-    c.admit("b", 500.0, 0, "b1")
+    c.admit("b", 120.0, 0, "b1")
     c.observe_fetch("a", caught_up=False)
     NOW[0] = 60.0
     assert c.watermark() == 100.0
@@ -76,3 +76,12 @@ def test_silence_advances_time_only_while_caught_up_and_the_broker_answers() -> 
     NOW[0] = 76.0
     c.answered(True)
     assert c.watermark() == 106.0
+
+
+def test_a_sparse_partition_is_judged_by_its_dense_neighbours() -> None:
+    c = clock()
+    c.admit("logs", 100.0, 0, "log1")
+    for t in range(101, 700, 10):
+        c.admit("training", float(t), 0, f"step{t}")
+    verdict = c.admit("logs", 695.0, 0, "log2")  # 595 s after the previous log line: fine
+    assert [p for _, p in verdict.accept] == ["log2"]
