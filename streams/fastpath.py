@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.errors import IllegalStateError
 
 from schemas.topics import INPUT_TOPICS, Topics
 from streams import kafka_io, state
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from trainguard.settings import BrokerSettings
 
 log = logging.getLogger(__name__)
+SNAPSHOT_BUDGET = 0.05  # share of the loop's time that snapshots may take
 Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
 
 
@@ -79,6 +81,7 @@ class BatchLoop:
         self.ready = False  # assigned and state restored (/readyz)
         self.snapshots = 0
         self.snapshot_bytes = 0
+        self.snapshot_cost_s = 0.0  # CPU seconds of the last commit's snapshots
         self._stopping = asyncio.Event()
         self._lock = asyncio.Lock()
         self._offsets: dict[TopicPartition, int] = {}  # next offset to commit, per partition
@@ -137,7 +140,9 @@ class BatchLoop:
                 await self._publish(producer, outputs)
                 if now >= next_commit and (self._offsets or any(t.dirty for t in self.tasks.values())):
                     await self._flush(consumer, producer)
-                    next_commit = now + self.commit_interval_s
+                    # Snapshots cost CPU in proportion to the state: commit at most as often as
+                    # keeps them within SNAPSHOT_BUDGET of the loop's time (rate-limited, consistent).
+                    next_commit = now + max(self.commit_interval_s, self.snapshot_cost_s / SNAPSHOT_BUDGET)
             if self.metrics is not None and now >= next_lag:
                 next_lag = now + self.lag_interval_s
                 self.metrics.refresh_lag(lambda t, p: consumer.highwater(TopicPartition(t, p)))
@@ -152,15 +157,19 @@ class BatchLoop:
         """
         now = time.monotonic()
         newest = None
-        for tp in consumer.assignment():
-            stamp = consumer.last_poll_timestamp(tp)
-            if stamp is None:
+        for tp in list(consumer.assignment()):
+            task = self.tasks.get(tp.partition)
+            try:
+                stamp = consumer.last_poll_timestamp(tp)
+                if stamp is None or task is None:
+                    continue
+                newest = stamp if newest is None else max(newest, stamp)
+                end = consumer.last_stable_offset(tp)
+                end = consumer.highwater(tp) if end is None else end
+                caught_up = end is not None and await consumer.position(tp) >= end
+            except (AssertionError, IllegalStateError):  # revoked by a rebalance meanwhile
                 continue
-            newest = stamp if newest is None else max(newest, stamp)
-            end = consumer.last_stable_offset(tp)
-            end = consumer.highwater(tp) if end is None else end
-            self.task(tp.partition).clock.observe_fetch(
-                tp, caught_up=end is not None and await consumer.position(tp) >= end)
+            task.clock.observe_fetch(tp, caught_up=caught_up)
         seen, since = self._answer
         if newest is not None and newest != seen:
             self._answer = (newest, now)
@@ -188,12 +197,12 @@ class BatchLoop:
         started = time.perf_counter()
         by_task: dict[int, Fetched] = {}
         for tp, records in fetched.items():
-            if records:
+            if records and tp.partition in self.tasks:  # a revoked partition's last fetch is not ours
                 by_task.setdefault(tp.partition, {})[tp] = records
                 self._offsets[tp] = records[-1].offset + 1
         outputs: list[OutMessage] = []
         for number, part in by_task.items():
-            task = self.task(number)
+            task = self.tasks[number]
             outputs.extend(task.processor.process_fetch(part, task.clock))
             task.dirty = True
             if self.metrics is not None:
@@ -229,11 +238,16 @@ class BatchLoop:
         if not offsets and not dirty and not producer._txn_manager.is_in_transaction():  # noqa: SLF001
             return
         await self._begin(producer)
+        cost = 0.0
         for task in dirty:
+            started = time.process_time()
             blob = state.dump(state.Snapshot(task.processor.pipeline, dict(task.clock.parts),
-                                               list(task.processor.buffer)))
+                                             list(task.processor.buffer)))
+            cost += time.process_time() - started
             await producer.send(self.topics.name("worker-state"), blob, key=task.key(self.group_id))
             self.snapshots, self.snapshot_bytes, task.dirty = self.snapshots + 1, len(blob), False
+        if dirty:
+            self.snapshot_cost_s = cost
         if offsets:
             await producer.send_offsets_to_transaction(offsets, self.group_id)
         await producer.commit_transaction()
@@ -249,7 +263,13 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         loop = self.loop
         loop.ready = False
         async with loop._lock:  # noqa: SLF001 - the loop's own helper
-            await loop._flush(None, self.producer)  # noqa: SLF001
+            try:
+                await loop._flush(None, self.producer)  # noqa: SLF001
+            except Exception as exc:  # abort: the next owner redoes this work from the last commit
+                log.warning("commit before a rebalance failed (%s); aborting the open transaction", exc)
+                loop._offsets = {}  # noqa: SLF001
+                if self.producer._txn_manager.is_in_transaction():  # noqa: SLF001
+                    await self.producer.abort_transaction()
             for number in {tp.partition for tp in revoked}:
                 loop.tasks.pop(number, None)  # its state is on the changelog; the next owner restores it
 

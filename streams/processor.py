@@ -84,20 +84,6 @@ class RawMessage:
     timestamp: int = 0
 
 
-@dataclass(frozen=True, eq=False)
-class Pending:
-    """A decoded record waiting for the event clock's verdict; equal when the bytes are."""
-
-    record: Record
-    message: Message
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Pending) and self.message.value == other.message.value
-
-    def __hash__(self) -> int:
-        return hash(self.message.value)
-
-
 @dataclass(frozen=True)
 class OutMessage:
     """One message to produce."""
@@ -157,7 +143,6 @@ class MessageProcessor:
     def process_fetch(self, fetched: Mapping[Hashable, Sequence[Message]], clock: EventClock[Any]) -> list[OutMessage]:
         """Handle one fetch of several partitions under the guarded event clock."""
         out: list[OutMessage] = []
-        accepted: list[tuple[float, Pending]] = []
         stats = self.stats
         for tp, messages in fetched.items():
             if not messages:
@@ -166,6 +151,8 @@ class MessageProcessor:
             stats.processed += len(messages)
             stats.by_topic[logical] = stats.by_topic.get(logical, 0) + len(messages)
             admit = clock.admit
+            clock.touch(tp)
+            heap, push = self.buffer, heapq.heappush
             routed = self.routing is not None and logical in NODE_TOPICS
             for message in messages:
                 try:
@@ -177,15 +164,17 @@ class MessageProcessor:
                     continue
                 if logical == "node-events" and not record.job:  # type: ignore[attr-defined]
                     record = msgspec.structs.replace(record, job=(message.key or b"").decode())  # type: ignore[call-arg]
-                verdict = admit(tp, record.ts, message.timestamp / 1000.0, Pending(record, message))
-                if verdict.accept:
-                    accepted.extend(verdict.accept)
-                for pending, reason in verdict.reject:
-                    out.append(self._dead_letter(pending.message, reason))
-        heap, push = self.buffer, heapq.heappush
-        for ts, pending in accepted:
-            self._seq += 1
-            push(heap, (ts, self._seq, pending.record))
+                ts = record.ts
+                verdict = admit(tp, ts, message.timestamp / 1000.0, message)
+                if verdict is None:
+                    self._seq += 1
+                    push(heap, (ts, self._seq, record))
+                    continue
+                for held_ts, held in verdict.accept:  # released or confirmed: decode once more (rare)
+                    self._seq += 1
+                    push(heap, (held_ts, self._seq, record if held is message else self._redecode(held)))
+                for held, reason in verdict.reject:
+                    out.append(self._dead_letter(held, reason))
         pipeline = self.pipeline
         out.extend(self._release(clock.watermark()))
         if pipeline.nodes.changes:
@@ -211,6 +200,14 @@ class MessageProcessor:
         if limit > pipeline.watermark and limit != float("inf"):
             out.extend(self.advance(limit))
         return out
+
+    def _redecode(self, message: Message) -> Record:
+        """A held message, accepted later: decoded again (it decoded fine when first seen)."""
+        logical = self._logical_of(message.topic)
+        record = self._decode(message, logical)
+        if logical == "node-events" and not record.job:  # type: ignore[attr-defined]
+            record = msgspec.structs.replace(record, job=(message.key or b"").decode())  # type: ignore[call-arg]
+        return record
 
     def _forward(self, record: Record, message: Message, out: list[OutMessage]) -> bool:
         """Send a jobless node record to its job's task; False when it stays here."""

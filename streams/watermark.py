@@ -97,17 +97,32 @@ class EventClock(Generic[P]):
 
     # ---------------------------------------------------------- records
 
-    def admit(self, tp: Hashable, ts: float, broker_ts: float, payload: P) -> Verdict[P]:
-        """Judge one record of partition `tp`: accept, hold, or reject it.
+    def touch(self, tp: Hashable) -> PartitionTime[P]:
+        """Records of `tp` just arrived (once per fetched batch: the wall clock is not read per record)."""
+        part = self.parts.get(tp)
+        if part is None:
+            part = self.parts[tp] = PartitionTime()
+        part.last_record_wall = self._clock()
+        return part
+
+    def admit(self, tp: Hashable, ts: float, broker_ts: float, payload: P) -> Verdict[P] | None:
+        """Judge one record of partition `tp` (after `touch(tp)`): None means accepted as it is.
 
         "Far ahead" is measured against the newest time of *all* the clock's
         partitions, so a sparse partition (a log line every few minutes) is
         judged by its dense neighbours, not by its own last record.
         """
-        part = self.parts.get(tp)
-        if part is None:
-            part = self.parts[tp] = PartitionTime()
-        part.last_record_wall = self._clock()
+        bound = self.max_ahead_s
+        if ts <= self._newest + bound and (broker_ts <= 0 or ts <= broker_ts + bound) and not self._holding:
+            part = self.parts[tp]  # the hot path: in time, nothing held
+            if ts > part.watermark:
+                part.watermark = ts
+                if ts > self._newest:
+                    self._newest = ts
+            return None
+        return self._judge(self.touch(tp) if tp not in self.parts else self.parts[tp], ts, broker_ts, payload)
+
+    def _judge(self, part: PartitionTime[P], ts: float, broker_ts: float, payload: P) -> Verdict[P]:
         if broker_ts > 0 and ts > broker_ts + self.max_ahead_s:
             return Verdict([], [(payload, f"future-dated: event time {ts:.3f} is {ts - broker_ts:.0f}s ahead of "
                                           f"its broker timestamp (bound {self.max_ahead_s:.0f}s)")])

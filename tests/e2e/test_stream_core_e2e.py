@@ -31,7 +31,7 @@ from trainguard.backtest.runner import run_backtest
 from trainguard.settings import load_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
-SCENARIO = Path(__file__).parent / "scenarios" / "stream-core.yaml"
+SCENARIO = Path(__file__).parents[1] / "fixtures" / "scenarios" / "stream-core.yaml"
 ONSET_TOLERANCE_S = 30.0
 
 
