@@ -65,17 +65,25 @@ class NodeJobIndex:
 
     def __init__(self) -> None:
         self.jobs: dict[str, str] = {}
+        self.changes: list[tuple[str, str]] = []  # (node, job) learned since the owner last drained them
 
     def learn(self, record: Record) -> None:
         """Update the index from a record that names job and node(s)."""
         if isinstance(record, JobTopology):
             for node in record.rank_nodes.values():
-                if node:
+                if node and self.jobs.get(node) != record.job:
                     self.jobs[node] = record.job
+                    self.changes.append((node, record.job))
             return
         node, job = getattr(record, "node", ""), getattr(record, "job", "")
         if node and job and self.jobs.get(node) != job:
             self.jobs[node] = job
+            self.changes.append((node, job))
+
+    def drain(self) -> list[tuple[str, str]]:
+        """The changes since the last call (the worker shares them with the other workers)."""
+        changes, self.changes = self.changes, []
+        return changes
 
     def job_of(self, node: str) -> str:
         """The node's current job, or "" when it runs none we know of."""

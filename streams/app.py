@@ -20,12 +20,12 @@ from detectors.pipeline import DetectionPipeline
 from schemas.topics import Topics
 from streams.fastpath import BatchLoop
 from streams.metrics import WorkerMetrics, detector_state_sizes
-from streams.processor import MessageProcessor
+from streams.tasks import NodeJobTable, TaskFactory
 from streams.watermark import EventClock
 from trainguard.settings import Settings
 
 
-def create_app(settings: Settings, processor: MessageProcessor | None = None) -> faust.App:
+def create_app(settings: Settings) -> faust.App:
     """Build the worker app: the batch loop task and the web endpoints."""
     topics = Topics(settings.topics.prefix)
     settings.worker.state_dir.mkdir(parents=True, exist_ok=True)
@@ -46,21 +46,21 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
     )
-    proc = processor or MessageProcessor(DetectionPipeline.from_settings(settings.detectors), topics)
-    app.trainguard_processor = proc  # type: ignore[attr-defined]  # for tests and metrics
-    metrics = None
-    if settings.metrics.enabled:
-        metrics = WorkerMetrics(stats=proc.stats, topics=topics,
-                                state_sizes=detector_state_sizes(proc.pipeline.detectors))
-        app.trainguard_metrics = metrics  # type: ignore[attr-defined]
     w = settings.worker
-    loop = BatchLoop(broker=settings.broker, topics=topics, processor=proc, group_id=f"{w.app_id}.detect",
-                     clock=EventClock(max_ahead_s=w.max_ahead_s, idle_after_s=w.idle_after_s,
-                                      confirm_within=w.confirm_within),
-                     metrics=metrics, max_records=w.fetch_max_records, poll_timeout_s=w.batch_within_s,
+    factory = TaskFactory(topics=topics, partitions=settings.topics.partitions,
+                          new_pipeline=lambda: DetectionPipeline.from_settings(settings.detectors),
+                          new_clock=lambda: EventClock(max_ahead_s=w.max_ahead_s, idle_after_s=w.idle_after_s,
+                                                       confirm_within=w.confirm_within),
+                          table=NodeJobTable())
+    loop = BatchLoop(broker=settings.broker, topics=topics, factory=factory, group_id=f"{w.app_id}.detect",
+                     max_records=w.fetch_max_records, poll_timeout_s=w.batch_within_s,
                      lag_interval_s=settings.metrics.lag_interval_s, commit_interval_s=w.commit_interval_s,
                      exactly_once=w.exactly_once, instance=w.instance or socket.gethostname())
     app.trainguard_batch_loop = loop  # type: ignore[attr-defined]
+    metrics = None
+    if settings.metrics.enabled:
+        metrics = loop.metrics = WorkerMetrics(stats=factory.stats, topics=topics, state_sizes=lambda: _sizes(loop))
+        app.trainguard_metrics = metrics  # type: ignore[attr-defined]
 
     @app.task
     async def consume_batches() -> None:
@@ -69,6 +69,15 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
     if port > 0:
         _pages(app, loop, metrics)
     return app
+
+
+def _sizes(loop: BatchLoop) -> dict[str, int]:
+    """Detector state sizes summed over this worker's tasks."""
+    total: dict[str, int] = {}
+    for task in list(loop.tasks.values()):
+        for name, size in detector_state_sizes(task.processor.pipeline.detectors)().items():
+            total[name] = total.get(name, 0) + size
+    return total
 
 
 def _pages(app: faust.App, loop: BatchLoop, metrics: WorkerMetrics | None) -> None:

@@ -16,8 +16,10 @@ snapshot and re-reads from the matching offsets); after the commit, all of
 it stands. Downstream consumers read committed only. Without it, outputs are
 acknowledged before offsets are committed (at-least-once, no snapshots).
 
-Event time comes from `streams.watermark.EventClock`: the minimum over the
-assigned partitions, idle partitions set aside, wall-clock time only while
+State is per task (streams.tasks): partition number p of every input
+topic, with its own pipeline, event clock and changelog snapshot. Event
+time comes from each task's `streams.watermark.EventClock`: the minimum
+over the task's partitions, idle ones set aside, wall-clock time only while
 every partition is caught up and the broker answers.
 """
 
@@ -30,31 +32,32 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.errors import IllegalStateError
 
 from schemas.topics import INPUT_TOPICS, Topics
 from streams import kafka_io, state
 from streams.metrics import WorkerMetrics
-from streams.processor import MessageProcessor, OutMessage
-from streams.watermark import EventClock
+from streams.processor import OutMessage
+from streams.tasks import Task, TaskFactory, read_snapshots, task_key
 
 if TYPE_CHECKING:
     from trainguard.settings import BrokerSettings
 
 log = logging.getLogger(__name__)
+SNAPSHOT_BUDGET = 0.05  # share of the loop's time that snapshots may take
 Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
 
 
 class BatchLoop:
-    """Consume the input topics in batches, detect, publish, commit."""
+    """Consume the input topics in batches, detect per task, publish, commit."""
 
     def __init__(
         self,
         *,
         broker: BrokerSettings,
         topics: Topics,
-        processor: MessageProcessor,
+        factory: TaskFactory,
         group_id: str,
-        clock: EventClock[Any] | None = None,
         metrics: WorkerMetrics | None = None,
         max_records: int = 5000,
         poll_timeout_s: float = 0.05,
@@ -65,9 +68,8 @@ class BatchLoop:
     ) -> None:
         self.broker = broker
         self.topics = topics
-        self.processor = processor
+        self.factory = factory
         self.group_id = group_id
-        self.clock: EventClock[Any] = clock or EventClock()
         self.metrics = metrics
         self.max_records = max_records
         self.poll_timeout_s = poll_timeout_s
@@ -75,22 +77,27 @@ class BatchLoop:
         self.commit_interval_s = commit_interval_s
         self.exactly_once = exactly_once
         self.instance = instance
+        self.tasks: dict[int, Task] = {}
         self.ready = False  # assigned and state restored (/readyz)
         self.snapshots = 0
         self.snapshot_bytes = 0
+        self.snapshot_cost_s = 0.0  # CPU seconds of the last commit's snapshots
         self._stopping = asyncio.Event()
         self._lock = asyncio.Lock()
         self._offsets: dict[TopicPartition, int] = {}  # next offset to commit, per partition
-        self._dirty = False
-        self._polls: dict[TopicPartition, tuple[int | None, float]] = {}
+        self._answer: tuple[int | None, float] = (None, 0.0)  # newest fetch-response stamp, when it changed
+        self.stale_after_s = 3.0
 
     def stop(self) -> None:
         """Ask the loop to finish its current batch and return."""
         self._stopping.set()
 
-    @property
-    def state_key(self) -> bytes:
-        return f"{self.group_id}/{self.instance}".encode()
+    def task(self, number: int) -> Task:
+        """The task of a partition number (built fresh if it was not assigned: tests, tools)."""
+        found = self.tasks.get(number)
+        if found is None:
+            found = self.tasks[number] = self.factory.build(number)
+        return found
 
     async def run(self) -> None:
         """Run until `stop()`."""
@@ -100,43 +107,25 @@ class BatchLoop:
         producer = kafka_io.aio_producer(self.broker, transactional_id=txn_id)
         await producer.start()
         await consumer.start()
+        table = asyncio.ensure_future(self.factory.table.follow(self.broker, self.topics, self._stopping))
         try:
             if self.exactly_once:
-                # Fence a killed predecessor now: its open transaction (outputs, snapshot, offsets) is
+                # Fence a killed predecessor now: its open transaction (outputs, snapshots, offsets) is
                 # aborted, so our group's offsets and the changelog are stable before we read them.
                 await producer.begin_transaction()
                 await producer.commit_transaction()
-                await self._restore()
-            consumer.subscribe([self.topics.name(t) for t in INPUT_TOPICS], listener=_Listener(self, producer))
+            names = [self.topics.name(t) for t in (*INPUT_TOPICS, "node-events")]
+            consumer.subscribe(names, listener=_Listener(self, producer))
             await self._loop(consumer, producer)
         finally:
+            self._stopping.set()
             try:
                 async with self._lock:
-                    await self._flush(consumer, producer, final=True)
+                    await self._flush(consumer, producer)
             finally:
                 await consumer.stop()
                 await producer.stop()
-
-    async def _restore(self) -> None:
-        """Read the newest committed snapshot of this worker from the changelog."""
-        reader = kafka_io.aio_consumer(self.broker)
-        await reader.start()
-        try:
-            name = self.topics.name("worker-state")
-            parts = await kafka_io.aio_partitions_for(reader, name)
-            reader.assign(parts)
-            blob = None
-            async for message in kafka_io.aio_read_to_end(reader, parts):
-                if message.key == self.state_key:
-                    blob = message.value
-        finally:
-            await reader.stop()
-        snap = state.load(blob) if blob else None
-        if snap is not None:
-            self.processor.pipeline = snap.pipeline
-            for tp, part in snap.parts.items():
-                self.clock.assign(tp, part)
-            log.info("restored detector state (%d bytes, %d partitions)", len(blob or b""), len(snap.parts))
+                await asyncio.gather(table, return_exceptions=True)
 
     async def _loop(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
         next_lag = next_commit = next_check = time.monotonic()
@@ -149,47 +138,76 @@ class BatchLoop:
                     next_check = now + 0.25
                 outputs = self._process(fetched) if fetched else self._advance()
                 await self._publish(producer, outputs)
-                if now >= next_commit and (self._dirty or self._offsets):
+                if now >= next_commit and (self._offsets or any(t.dirty for t in self.tasks.values())):
                     await self._flush(consumer, producer)
-                    next_commit = now + self.commit_interval_s
+                    # Snapshots cost CPU in proportion to the state: commit at most as often as
+                    # keeps them within SNAPSHOT_BUDGET of the loop's time (rate-limited, consistent).
+                    next_commit = now + max(self.commit_interval_s, self.snapshot_cost_s / SNAPSHOT_BUDGET)
             if self.metrics is not None and now >= next_lag:
                 next_lag = now + self.lag_interval_s
                 self.metrics.refresh_lag(lambda t, p: consumer.highwater(TopicPartition(t, p)))
 
     async def _observe_broker(self, consumer: AIOKafkaConsumer) -> None:
-        """Tell the clock which partitions are caught up and whether the broker answers."""
-        now, fresh = time.monotonic(), True
-        for tp in consumer.assignment():
-            stamp = consumer.last_poll_timestamp(tp)
-            seen, since = self._polls.get(tp, (None, now))
-            if stamp != seen:
-                self._polls[tp] = (stamp, now)
-                since = now
-            if stamp is None or now - since > self.clock.stale_after_s:
-                fresh = False
+        """Tell each task's clock which partitions are caught up and whether the broker answers.
+
+        The broker answers while some fetch response arrived within the stale
+        window (aiokafka stamps every partition of a response); an outage stops
+        them all. Per partition, "caught up" is its position against the end
+        offset of the last response.
+        """
+        now = time.monotonic()
+        newest = None
+        for tp in list(consumer.assignment()):
+            task = self.tasks.get(tp.partition)
+            try:
+                stamp = consumer.last_poll_timestamp(tp)
+                if stamp is None or task is None:
+                    continue
+                newest = stamp if newest is None else max(newest, stamp)
+                end = consumer.last_stable_offset(tp)
+                end = consumer.highwater(tp) if end is None else end
+                caught_up = end is not None and await consumer.position(tp) >= end
+            except (AssertionError, IllegalStateError):  # revoked by a rebalance meanwhile
                 continue
-            end = consumer.last_stable_offset(tp)
-            end = consumer.highwater(tp) if end is None else end
-            self.clock.observe_fetch(tp, caught_up=end is not None and await consumer.position(tp) >= end)
-        self.clock.answered(fresh and bool(consumer.assignment()))
+            task.clock.observe_fetch(tp, caught_up=caught_up)
+        seen, since = self._answer
+        if newest is not None and newest != seen:
+            self._answer = (newest, now)
+            since = now
+        fresh = newest is not None and now - since <= self.stale_after_s
+        for task in self.tasks.values():
+            task.clock.answered(fresh)
+
 
     def _advance(self) -> list[OutMessage]:
-        """No message: move time as far as the event clock allows (idle partitions, safe silence)."""
-        outputs = self.processor.advance_to(self.clock)
-        watermark = self.processor.pipeline.watermark
-        if self.metrics is not None and watermark > float("-inf"):
-            self.metrics.watermark.set(watermark)
+        """No message: move each task's time as far as its event clock allows."""
+        outputs: list[OutMessage] = []
+        for task in self.tasks.values():
+            found = task.processor.advance_to(task.clock)
+            if found:
+                outputs.extend(found)
+                task.dirty = True
+        if self.metrics is not None and self.tasks:
+            watermark = max(t.processor.pipeline.watermark for t in self.tasks.values())
+            if watermark > float("-inf"):
+                self.metrics.watermark.set(watermark)
         return outputs
 
     def _process(self, fetched: Fetched) -> list[OutMessage]:
         started = time.perf_counter()
-        outputs = self.processor.process_fetch(fetched, self.clock)
+        by_task: dict[int, Fetched] = {}
         for tp, records in fetched.items():
-            if records:
+            if records and tp.partition in self.tasks:  # a revoked partition's last fetch is not ours
+                by_task.setdefault(tp.partition, {})[tp] = records
                 self._offsets[tp] = records[-1].offset + 1
-                if self.metrics is not None:
-                    self.metrics.observe_batch(records, time.perf_counter() - started, self.processor.pipeline.watermark)
-        self._dirty = True
+        outputs: list[OutMessage] = []
+        for number, part in by_task.items():
+            task = self.tasks[number]
+            outputs.extend(task.processor.process_fetch(part, task.clock))
+            task.dirty = True
+            if self.metrics is not None:
+                for records in part.values():
+                    self.metrics.observe_batch(records, time.perf_counter() - started, task.processor.pipeline.watermark)
         return outputs
 
     async def _publish(self, producer: AIOKafkaProducer, outputs: list[OutMessage]) -> None:
@@ -203,55 +221,84 @@ class BatchLoop:
                 await producer.send(out.topic, out.value, key=out.key)
         else:
             await kafka_io.send_all(producer, outputs)
-        self._dirty = True
 
     async def _begin(self, producer: AIOKafkaProducer) -> None:
         if not producer._txn_manager.is_in_transaction():  # noqa: SLF001 - aiokafka has no public getter
             await producer.begin_transaction()
 
-    async def _flush(self, consumer: AIOKafkaConsumer | None, producer: AIOKafkaProducer, *,
-                     final: bool = False) -> None:
-        """Commit what was processed: outputs, a snapshot when due, and input offsets, together."""
+    async def _flush(self, consumer: AIOKafkaConsumer | None, producer: AIOKafkaProducer) -> None:
+        """Commit what was processed: outputs, snapshots of changed tasks, and input offsets, together."""
         offsets, self._offsets = self._offsets, {}
         if not self.exactly_once:
             if offsets and consumer is not None:
                 await producer.flush()
                 await _commit_quietly(consumer, offsets)
             return
-        snapshot = self._dirty
-        if not offsets and not snapshot and not producer._txn_manager.is_in_transaction():  # noqa: SLF001
+        dirty = [t for t in self.tasks.values() if t.dirty]
+        if not offsets and not dirty and not producer._txn_manager.is_in_transaction():  # noqa: SLF001
             return
         await self._begin(producer)
-        if snapshot:
-            blob = state.dump(state.Snapshot(self.processor.pipeline, dict(self.clock.parts)))
-            await producer.send(self.topics.name("worker-state"), blob, key=self.state_key)
-            self.snapshots, self.snapshot_bytes, self._dirty = self.snapshots + 1, len(blob), False
+        cost = 0.0
+        for task in dirty:
+            started = time.process_time()
+            blob = state.dump(state.Snapshot(task.processor.pipeline, dict(task.clock.parts),
+                                             list(task.processor.buffer)))
+            cost += time.process_time() - started
+            await producer.send(self.topics.name("worker-state"), blob, key=task.key(self.group_id))
+            self.snapshots, self.snapshot_bytes, task.dirty = self.snapshots + 1, len(blob), False
+        if dirty:
+            self.snapshot_cost_s = cost
         if offsets:
-            await producer.send_offsets_to_transaction({tp: o for tp, o in offsets.items()}, self.group_id)
+            await producer.send_offsets_to_transaction(offsets, self.group_id)
         await producer.commit_transaction()
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Commit before partitions move; follow the assignment in the event clock."""
+    """Commit before partitions move; tasks follow the assignment, restored from the changelog."""
 
     def __init__(self, loop: BatchLoop, producer: AIOKafkaProducer) -> None:
         self.loop, self.producer = loop, producer
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        async with self.loop._lock:  # noqa: SLF001 - the loop's own helper
-            if self.loop.exactly_once and (self.loop._offsets or self.loop._dirty):  # noqa: SLF001
-                await self.loop._flush(None, self.producer, final=True)  # noqa: SLF001
-            for tp in revoked:
-                self.loop.clock.revoke(tp)
-            self.loop.ready = False
+        loop = self.loop
+        loop.ready = False
+        async with loop._lock:  # noqa: SLF001 - the loop's own helper
+            try:
+                await loop._flush(None, self.producer)  # noqa: SLF001
+            except Exception as exc:  # abort: the next owner redoes this work from the last commit
+                log.warning("commit before a rebalance failed (%s); aborting the open transaction", exc)
+                loop._offsets = {}  # noqa: SLF001
+                if self.producer._txn_manager.is_in_transaction():  # noqa: SLF001
+                    await self.producer.abort_transaction()
+            for number in {tp.partition for tp in revoked}:
+                loop.tasks.pop(number, None)  # its state is on the changelog; the next owner restores it
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        for tp in set(self.loop.clock.parts) - set(assigned):  # restored, but now someone else's
-            self.loop.clock.revoke(tp)
+        # Under the loop's lock: the batch loop must not process into a task that is being
+        # replaced by its restored state (that state would be lost with its offsets committed).
+        async with self.loop._lock:  # noqa: SLF001 - the loop's own helper
+            await self._assign(assigned)
+
+    async def _assign(self, assigned: list[TopicPartition]) -> None:
+        loop = self.loop
+        numbers = {tp.partition for tp in assigned}
+        new = sorted(numbers - set(loop.tasks))
+        snaps = await read_snapshots(loop.broker, loop.topics, [task_key(loop.group_id, n) for n in new]) \
+            if loop.exactly_once and new else {}
+        for number in new:
+            snap = snaps.get(task_key(loop.group_id, number))
+            loop.tasks[number] = loop.factory.build(number, snap)
+            log.info("task %d %s", number, "restored from the changelog" if snap else "started fresh")
+        for number in set(loop.tasks) - numbers:
+            loop.tasks.pop(number)
         for tp in assigned:
-            if tp not in self.loop.clock.parts:
-                self.loop.clock.assign(tp)
-        self.loop.ready = True
+            clock = loop.tasks[tp.partition].clock
+            if tp not in clock.parts:
+                clock.assign(tp)
+        for task in loop.tasks.values():
+            for tp in set(task.clock.parts) - set(assigned):
+                task.clock.revoke(tp)
+        loop.ready = True
 
 
 async def _commit_quietly(consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:

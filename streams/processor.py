@@ -20,15 +20,35 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Hashable, Mapping, Sequence
+import heapq
+
+import msgspec
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from detectors.pipeline import DetectionPipeline
 from schemas.codec import Codec, DecodeError
 from schemas.records import Anomaly, DeadLetter, Incident, Record
-from schemas.topics import TOPIC_RECORDS, Topics, key_for, tag_of
+from schemas.topics import INTERNAL_RECORDS, NODE_TOPICS, TOPIC_RECORDS, Topics, key_for, tag_of
 from streams.watermark import EventClock
+
+_ALLOWED = {**TOPIC_RECORDS, **INTERNAL_RECORDS}
+
+
+@dataclass
+class Routing:
+    """Where this processor sits among the worker's tasks, for repartitioning jobless node records.
+
+    `job_of` is the fleet-wide node->job table (every worker reads the
+    compacted `node-jobs` topic); `task_of(job)` is the partition a job's
+    key hashes to. A jobless node record whose node runs a job of another
+    task is forwarded, unchanged, to `node-events` keyed by that job.
+    """
+
+    task: int
+    job_of: Callable[[str], str]
+    task_of: Callable[[str], int]
 
 # Dead letters keep at most this much of the original (base64 grows it by a
 # third); the rest stays findable at (topic, partition, offset) with its digest.
@@ -64,20 +84,6 @@ class RawMessage:
     timestamp: int = 0
 
 
-@dataclass(frozen=True, eq=False)
-class Pending:
-    """A decoded record waiting for the event clock's verdict; equal when the bytes are."""
-
-    record: Record
-    message: Message
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Pending) and self.message.value == other.message.value
-
-    def __hash__(self) -> int:
-        return hash(self.message.value)
-
-
 @dataclass(frozen=True)
 class OutMessage:
     """One message to produce."""
@@ -101,12 +107,18 @@ class ProcessorStats:
 class MessageProcessor:
     """Decode, validate, detect; produce anomalies, incidents, dead letters."""
 
-    def __init__(self, pipeline: DetectionPipeline, topics: Topics, codec: Codec | None = None) -> None:
+    def __init__(self, pipeline: DetectionPipeline, topics: Topics, codec: Codec | None = None, *,
+                 stats: ProcessorStats | None = None, routing: Routing | None = None) -> None:
         self.pipeline = pipeline
         self.topics = topics
         self.codec = codec or Codec()
-        self.stats = ProcessorStats()
+        self.stats = stats or ProcessorStats()
+        self.routing = routing
         self._logical: dict[str, str] = {}  # physical -> logical topic name, cached (hot path)
+        self.buffer: list[tuple[float, int, Record]] = []  # accepted, newer than the watermark (a heap)
+        self._seq = 0
+        self._node_events = topics.name("node-events")
+        self._node_jobs = topics.name("node-jobs")
 
     def process(self, message: Message) -> list[OutMessage]:
         """Handle one message; never raises on bad input."""
@@ -131,7 +143,6 @@ class MessageProcessor:
     def process_fetch(self, fetched: Mapping[Hashable, Sequence[Message]], clock: EventClock[Any]) -> list[OutMessage]:
         """Handle one fetch of several partitions under the guarded event clock."""
         out: list[OutMessage] = []
-        accepted: list[tuple[float, Pending]] = []
         stats = self.stats
         for tp, messages in fetched.items():
             if not messages:
@@ -140,42 +151,77 @@ class MessageProcessor:
             stats.processed += len(messages)
             stats.by_topic[logical] = stats.by_topic.get(logical, 0) + len(messages)
             admit = clock.admit
+            clock.touch(tp)
+            heap, push = self.buffer, heapq.heappush
+            routed = self.routing is not None and logical in NODE_TOPICS
             for message in messages:
                 try:
                     record = self._decode(message, logical)
                 except DecodeError as exc:
                     out.append(self._dead_letter(message, str(exc)))
                     continue
-                verdict = admit(tp, record.ts, message.timestamp / 1000.0, Pending(record, message))
-                if verdict.accept:
-                    accepted.extend(verdict.accept)
-                for pending, reason in verdict.reject:
-                    out.append(self._dead_letter(pending.message, reason))
-        released = clock.release()
-        if len(fetched) > 1 or released:
-            accepted.extend(released)
-            accepted.sort(key=_first)
+                if routed and not record.job and self._forward(record, message, out):  # type: ignore[attr-defined]
+                    continue
+                if logical == "node-events" and not record.job:  # type: ignore[attr-defined]
+                    record = msgspec.structs.replace(record, job=(message.key or b"").decode())  # type: ignore[call-arg]
+                ts = record.ts
+                verdict = admit(tp, ts, message.timestamp / 1000.0, message)
+                if verdict is None:
+                    self._seq += 1
+                    push(heap, (ts, self._seq, record))
+                    continue
+                for held_ts, held in verdict.accept:  # released or confirmed: decode once more (rare)
+                    self._seq += 1
+                    push(heap, (held_ts, self._seq, record if held is message else self._redecode(held)))
+                for held, reason in verdict.reject:
+                    out.append(self._dead_letter(held, reason))
         pipeline = self.pipeline
-        pipeline.time_limit = limit = clock.watermark()
+        out.extend(self._release(clock.watermark()))
+        if pipeline.nodes.changes:
+            out.extend(OutMessage(self._node_jobs, node.encode(), job.encode()) for node, job in pipeline.nodes.drain())
+        return out
+
+    def _release(self, limit: float) -> list[OutMessage]:
+        """Process the buffered records up to the watermark, in event-time order, then advance to it.
+
+        A record newer than the watermark waits: another partition of the task
+        may still deliver older evidence, and a job's silence (a hang) is only
+        silence once every partition has passed it (Kafka Streams' partition
+        group does the same).
+        """
+        out: list[OutMessage] = []
+        pipeline, heap, pop = self.pipeline, self.buffer, heapq.heappop
+        pipeline.time_limit = limit
         process = pipeline.process
-        for _, pending in accepted:
-            anomalies, incidents = process(pending.record)
+        while heap and heap[0][0] <= limit:
+            anomalies, incidents = process(pop(heap)[2])
             if anomalies:
                 out.extend(self._outputs(anomalies, incidents))
         if limit > pipeline.watermark and limit != float("inf"):
             out.extend(self.advance(limit))
         return out
 
+    def _redecode(self, message: Message) -> Record:
+        """A held message, accepted later: decoded again (it decoded fine when first seen)."""
+        logical = self._logical_of(message.topic)
+        record = self._decode(message, logical)
+        if logical == "node-events" and not record.job:  # type: ignore[attr-defined]
+            record = msgspec.structs.replace(record, job=(message.key or b"").decode())  # type: ignore[call-arg]
+        return record
+
+    def _forward(self, record: Record, message: Message, out: list[OutMessage]) -> bool:
+        """Send a jobless node record to its job's task; False when it stays here."""
+        routing = self.routing
+        assert routing is not None
+        job = routing.job_of(record.node)  # type: ignore[attr-defined]
+        if not job or routing.task_of(job) == routing.task:
+            return False
+        out.append(OutMessage(self._node_events, job.encode(), message.value or b""))
+        return True
+
     def advance_to(self, clock: EventClock[Any]) -> list[OutMessage]:
         """Move time to the clock's watermark when no message came (idle partitions, silence)."""
-        out: list[OutMessage] = []
-        for _, pending in clock.release():  # confirmed by the rest of the input since they were held
-            out.extend(self._outputs(*self.pipeline.process(pending.record)))
-        limit = clock.watermark()
-        self.pipeline.time_limit = limit
-        if limit > self.pipeline.watermark and limit != float("inf"):
-            out.extend(self.advance(limit))
-        return out
+        return self._release(clock.watermark())
 
     def _logical_of(self, topic: str) -> str:
         logical = self._logical.get(topic)
@@ -192,7 +238,7 @@ class MessageProcessor:
         if message.value is None:
             raise DecodeError("empty message (tombstone)")
         record: Record = self.codec.decode(message.value)
-        allowed = TOPIC_RECORDS.get(logical)
+        allowed = _ALLOWED.get(logical)
         if allowed is not None and tag_of(record) not in allowed:
             raise DecodeError(f"record type {tag_of(record)!r} does not belong on topic {logical!r}", "type")
         return record
@@ -224,7 +270,3 @@ class MessageProcessor:
         out = [OutMessage(self.topics.name("anomalies"), key_for(a), self.codec.encode(a)) for a in anomalies]
         out += [OutMessage(self.topics.name("incidents"), key_for(i), self.codec.encode(i)) for i in incidents]
         return out
-
-
-def _first(item: tuple[float, Pending]) -> float:
-    return item[0]

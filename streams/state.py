@@ -21,10 +21,13 @@ from dataclasses import dataclass
 from collections.abc import Hashable
 from typing import Any
 
+import msgspec
+
 from detectors.pipeline import DetectionPipeline
+from schemas.codec import AnyRecord
 from streams.watermark import PartitionTime
 
-FORMAT = 1
+FORMAT = 3
 
 
 @dataclass
@@ -33,12 +36,22 @@ class Snapshot:
 
     pipeline: DetectionPipeline
     parts: dict[Hashable, PartitionTime[Any]]
+    buffer: list[tuple[float, int, Any]]  # accepted records waiting for the watermark
     format: int = FORMAT
 
 
+_BUFFER = msgspec.msgpack.Encoder()
+_UNBUFFER = msgspec.msgpack.Decoder(list[tuple[float, int, AnyRecord]])  # type: ignore[valid-type]
+
+
 def dump(snapshot: Snapshot) -> bytes:
-    """Pickle and compress (fast level: snapshots are on the worker's hot loop)."""
-    return zlib.compress(pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    """Pickle and compress (fast level: snapshots are on the worker's hot loop).
+
+    The buffered records (thousands while a backlog is read) go as one
+    msgpack blob: pickling records one by one cost 30x more.
+    """
+    packed = Snapshot(snapshot.pipeline, snapshot.parts, _BUFFER.encode(snapshot.buffer))  # type: ignore[arg-type]
+    return zlib.compress(pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL), 1)
 
 
 def load(blob: bytes) -> Snapshot | None:
@@ -47,4 +60,7 @@ def load(blob: bytes) -> Snapshot | None:
         snap = pickle.loads(zlib.decompress(blob))  # noqa: S301 - our own topic, written by this code
     except Exception:
         return None
-    return snap if isinstance(snap, Snapshot) and snap.format == FORMAT else None
+    if not isinstance(snap, Snapshot) or snap.format != FORMAT:
+        return None
+    snap.buffer = _UNBUFFER.decode(snap.buffer) if isinstance(snap.buffer, bytes) else snap.buffer
+    return snap

@@ -10,19 +10,13 @@ make that so (the same rules Kafka Streams and Flink apply):
   lagging partition is never mistaken for a hang. A partition that is
   caught up and has sent nothing for `idle_after_s` is set aside (else one
   quiet topic would stop time for all).
-* **Guarded.** A record dated more than `max_ahead_s` ahead of what its
-  partition and the rest of the input make plausible is held, not
-  accepted. Plausible means: its partition's watermark plus the broker time
-  that passed since that watermark's record (a checkpoint announced 30
-  minutes after the last one was also sent 30 minutes later), or the newest
-  time any partition has reached (a sparse topic such as checkpoints lags
-  the busy training topic in a fast replay, and is confirmed by it). A job
-  that resumes after a long pause confirms a held record with its next
-  records (they are just as new); the rest of the input confirms it once it
-  catches up (`release`); a forged or mis-clocked record is contradicted by
-  `confirm_within` records that stay in the present, and is then rejected
-  (dead-lettered) without having moved time. A record dated beyond
-  `max_ahead_s` ahead of its broker timestamp is rejected at once.
+* **Guarded.** A record dated more than `max_ahead_s` ahead of the newest
+  time of the clock's partitions is held, not accepted: a job that resumes after a
+  long pause confirms it with its next records (they are just as new), a
+  forged or mis-clocked record is contradicted by `confirm_within` records
+  that stay in the present, and is then rejected (dead-lettered) without
+  having moved time. A record dated beyond `max_ahead_s` ahead of its
+  broker timestamp is rejected at once.
 * **No time from the wall clock unless it is safe.** When every partition
   is caught up *and* the broker answered every partition's fetches without
   a gap, silence is real: time advances by the wall time elapsed since the
@@ -56,7 +50,6 @@ class PartitionTime(Generic[P]):
     """One partition's watermark and the records held as dated too far ahead."""
 
     watermark: float = NEG_INF
-    broker_ts: float = 0.0  # broker timestamp of the record that set the watermark (0: unknown)
     held: list[_Held[P]] = field(default_factory=list)
     last_record_wall: float = NEG_INF
     caught_up: bool = False  # position >= end offset at the last fetch
@@ -84,103 +77,116 @@ class EventClock(Generic[P]):
         self.parts: dict[Hashable, PartitionTime[P]] = {}
         self._reachable_since: float | None = None
         self._last_answer = NEG_INF
-        self._newest = NEG_INF  # the newest watermark of any partition
+        self._newest = NEG_INF  # newest accepted time over all partitions
+        self._holding = 0  # records held over all partitions
 
     # ---------------------------------------------------------- assignment
 
     def assign(self, tp: Hashable, state: PartitionTime[P] | None = None) -> None:
         """Start following a partition (with its restored state, if any)."""
-        self.parts[tp] = part = state or PartitionTime()
+        part = self.parts[tp] = state or PartitionTime()
         self._newest = max(self._newest, part.watermark)
+        self._holding += len(part.held)
 
     def revoke(self, tp: Hashable) -> PartitionTime[P] | None:
         """Stop following a partition; its state is returned (for a snapshot)."""
-        return self.parts.pop(tp, None)
+        part = self.parts.pop(tp, None)
+        if part is not None:
+            self._holding -= len(part.held)
+        return part
 
     # ---------------------------------------------------------- records
 
-    def admit(self, tp: Hashable, ts: float, broker_ts: float, payload: P) -> Verdict[P]:
-        """Judge one record of partition `tp`: accept, hold, or reject it."""
+    def touch(self, tp: Hashable) -> PartitionTime[P]:
+        """Records of `tp` just arrived (once per fetched batch: the wall clock is not read per record)."""
         part = self.parts.get(tp)
         if part is None:
             part = self.parts[tp] = PartitionTime()
         part.last_record_wall = self._clock()
+        return part
+
+    def admit(self, tp: Hashable, ts: float, broker_ts: float, payload: P) -> Verdict[P] | None:
+        """Judge one record of partition `tp` (after `touch(tp)`): None means accepted as it is.
+
+        "Far ahead" is measured against the newest time of *all* the clock's
+        partitions, so a sparse partition (a log line every few minutes) is
+        judged by its dense neighbours, not by its own last record.
+        """
+        bound = self.max_ahead_s
+        if ts <= self._newest + bound and (broker_ts <= 0 or ts <= broker_ts + bound) and not self._holding:
+            part = self.parts[tp]  # the hot path: in time, nothing held
+            if ts > part.watermark:
+                part.watermark = ts
+                if ts > self._newest:
+                    self._newest = ts
+            return None
+        return self._judge(self.touch(tp) if tp not in self.parts else self.parts[tp], ts, broker_ts, payload)
+
+    def _judge(self, part: PartitionTime[P], ts: float, broker_ts: float, payload: P) -> Verdict[P]:
         if broker_ts > 0 and ts > broker_ts + self.max_ahead_s:
             return Verdict([], [(payload, f"future-dated: event time {ts:.3f} is {ts - broker_ts:.0f}s ahead of "
                                           f"its broker timestamp (bound {self.max_ahead_s:.0f}s)")])
-        if part.watermark != NEG_INF and ts > self._plausible(part, broker_ts) + self.max_ahead_s:
+        if self._newest != NEG_INF and ts > self._newest + self.max_ahead_s:
             return self._hold(part, ts, payload)
         accept = [(ts, payload)]
-        if ts > part.watermark:
-            self._advance(part, ts, broker_ts)
+        self._moved(part, ts)
         reject: list[tuple[P, str]] = []
-        if part.held:
-            self._settle(part, ts, accept, reject)
+        if self._holding:
+            self._settle(ts, part, accept, reject)
         return Verdict(accept, reject)
 
-    def _plausible(self, part: PartitionTime[P], broker_ts: float) -> float:
-        """The newest event time a record of `part` may carry without being held (before the bound)."""
-        elapsed = broker_ts - part.broker_ts if broker_ts > 0 and part.broker_ts > 0 else 0.0
-        return max(part.watermark + max(0.0, elapsed), self._newest)
-
-    def _advance(self, part: PartitionTime[P], ts: float, broker_ts: float) -> None:
-        part.watermark, part.broker_ts = ts, broker_ts
-        if ts > self._newest:
-            self._newest = ts
-
-    def release(self) -> list[tuple[float, P]]:
-        """Held records that the rest of the input has since caught up with: accept them now.
-
-        Without this a held record on a sparse partition (checkpoints) would wait
-        for a next record there that may not come for half an hour, holding the
-        whole worker's time back meanwhile.
-        """
-        out: list[tuple[float, P]] = []
-        limit = self._newest + self.max_ahead_s
-        for part in self.parts.values():
-            if not part.held:
-                continue
-            ready = [h for h in part.held if h.ts <= limit]
-            if ready:
-                part.held = [h for h in part.held if h.ts > limit]
-                out += [(h.ts, h.payload) for h in ready]
-                part.watermark = max(part.watermark, max(h.ts for h in ready))
-                self._newest = max(self._newest, part.watermark)
-        return sorted(out, key=lambda p: p[0])
+    def _moved(self, part: PartitionTime[P], ts: float) -> None:
+        if ts > part.watermark:
+            part.watermark = ts
+            if ts > self._newest:
+                self._newest = ts
 
     def _hold(self, part: PartitionTime[P], ts: float, payload: P) -> Verdict[P]:
         """A record far ahead: confirmed by another as new, or held."""
-        peers = [h for h in part.held if abs(h.ts - ts) <= self.max_ahead_s and h.payload != payload]
+        peers = [(p, h) for p in self.parts.values() for h in p.held
+                 if abs(h.ts - ts) <= self.max_ahead_s and h.payload != payload]
         if not peers:
             part.held.append(_Held(ts, payload))
+            self._holding += 1
             return Verdict([], [])
-        # Two distinct records agree on the new time: the partition really moved on.
-        part.held = [h for h in part.held if h not in peers]
-        accept = sorted([(h.ts, h.payload) for h in peers] + [(ts, payload)], key=lambda p: p[0])
-        part.watermark = max(part.watermark, accept[-1][0])
-        self._newest = max(self._newest, part.watermark)
+        # Two distinct records agree on the new time: the stream really moved on (a job resumed).
+        accept = [(ts, payload)]
+        self._moved(part, ts)
+        for owner, h in peers:
+            owner.held.remove(h)
+            self._holding -= 1
+            accept.append((h.ts, h.payload))
+            self._moved(owner, h.ts)
         reject: list[tuple[P, str]] = []
-        if part.held:
-            self._settle(part, part.watermark, accept, reject)
-        return Verdict(accept, reject)
+        if self._holding:
+            self._settle(self._newest, part, accept, reject)
+        return Verdict(sorted(accept, key=lambda a: a[0]), reject)
 
-    def _settle(self, part: PartitionTime[P], ts: float, accept: list[tuple[float, P]],
+    def _settle(self, ts: float, source: PartitionTime[P], accept: list[tuple[float, P]],
                 reject: list[tuple[P, str]]) -> None:
-        """A record in the present: it confirms held records near it and contradicts the others."""
-        keep: list[_Held[P]] = []
-        for h in part.held:
-            if h.ts <= ts + self.max_ahead_s:
-                accept.append((h.ts, h.payload))
-                part.watermark = max(part.watermark, h.ts)
-                self._newest = max(self._newest, h.ts)
+        """A record accepted at `ts` confirms held records near it (any partition); on its own
+        partition it contradicts those still far ahead (a partition read behind the others, a
+        backlog, contradicts nothing)."""
+        for part in self.parts.values():
+            if not part.held:
                 continue
-            h.contradicted += 1
-            if h.contradicted >= self.confirm_within:
-                reject.append((h.payload, f"future-dated: event time {h.ts:.3f} is {h.ts - part.watermark:.0f}s "
-                                          f"ahead of its partition's recent events (bound {self.max_ahead_s:.0f}s)"))
-            else:
-                keep.append(h)
-        part.held = keep
+            keep: list[_Held[P]] = []
+            for h in part.held:
+                if h.ts <= ts + self.max_ahead_s:
+                    accept.append((h.ts, h.payload))
+                    self._moved(part, h.ts)
+                    continue
+                if part is not source:
+                    keep.append(h)
+                    continue
+                h.contradicted += 1
+                if h.contradicted >= self.confirm_within:
+                    reject.append((h.payload, f"future-dated: event time {h.ts:.3f} is {h.ts - ts:.0f}s ahead of "
+                                              f"the stream's recent events (bound {self.max_ahead_s:.0f}s)"))
+                else:
+                    keep.append(h)
+            self._holding -= len(part.held) - len(keep)
+            part.held = keep
 
     # ---------------------------------------------------------- broker facts
 
@@ -203,7 +209,9 @@ class EventClock(Generic[P]):
     # ---------------------------------------------------------- time
 
     def _idle(self, part: PartitionTime[P], now: float) -> bool:
-        return part.known and part.caught_up and not part.held and now - part.last_record_wall >= self.idle_after_s
+        # A held record does not keep its partition active: a forged record on a quiet
+        # partition must not stop time (that would disable hang detection).
+        return part.known and part.caught_up and now - part.last_record_wall >= self.idle_after_s
 
     def watermark(self) -> float:
         """The worker's event time: min over active partitions; -inf while unknown."""
