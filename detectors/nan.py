@@ -75,7 +75,7 @@ class NanDetector(Detector):
         super().__init__(instance=instance)
         self.settle_s = settle_s
         self._open: Bounded[str, tuple[int, int, int]] = Bounded(max_jobs)  # job -> reported (attempt, step, rank)
-        self._pending: dict[str, _First] = {}
+        self._pending: Bounded[str, _First] = Bounded(max_jobs)
 
     def observe(self, record: Record) -> list[Anomaly]:
         if not isinstance(record, TrainingStep):

@@ -24,7 +24,7 @@ from detectors.pipeline import DetectionPipeline
 from schemas.topics import INPUT_TOPICS, Topics
 from streams.fastpath import BatchLoop
 from streams.idle import IdleClock
-from streams.metrics import WorkerMetrics, detector_state_sizes
+from streams.metrics import WorkerMetrics, detector_evictions, detector_state_sizes
 from streams.processor import MessageProcessor, OutMessage, RawMessage
 from trainguard.settings import Settings
 
@@ -85,7 +85,8 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
 
 def _metrics(app: faust.App, settings: Settings, proc: MessageProcessor, topics: Topics) -> WorkerMetrics:
     """The worker's Prometheus metrics; the HTTP endpoint only when a port is set."""
-    metrics = WorkerMetrics(stats=proc.stats, topics=topics, state_sizes=detector_state_sizes(proc.pipeline.detectors))
+    metrics = WorkerMetrics(stats=proc.stats, topics=topics, state_sizes=detector_state_sizes(proc.pipeline.detectors),
+                            evictions=detector_evictions(proc.pipeline.detectors))
     app.trainguard_metrics = metrics  # type: ignore[attr-defined]
 
     @app.timer(settings.metrics.lag_interval_s)
