@@ -127,6 +127,16 @@ class Bounded(OrderedDict[K, V], Generic[K, V]):
             self.evicted += 1
 
 
+# Per-rank maps of one job hold at most this many ranks (read at call time: tests lower it).
+# 32k ranks is beyond today's largest jobs; past it, the least recently added ranks are forgotten, counted.
+MAX_RANKS = 32_768
+
+
+def rank_map() -> Bounded[Any, Any]:
+    """A per-rank (or per-group) map of one job, bounded at `MAX_RANKS`."""
+    return Bounded(MAX_RANKS)
+
+
 def bounded_evictions(obj: object, _depth: int = 3) -> int:
     """Evictions of every `Bounded` map reachable from `obj`'s attributes (a few levels deep).
 
@@ -143,11 +153,24 @@ def bounded_evictions(obj: object, _depth: int = 3) -> int:
     if _depth < 0:
         return 0
     total = obj.evicted if isinstance(obj, Bounded) else 0
-    children: Any = obj.values() if isinstance(obj, dict) else getattr(obj, "__dict__", {}).values()
-    for child in children:
-        if isinstance(child, dict) or hasattr(child, "__dict__"):
+    for child in _children(obj):
+        if isinstance(child, dict) or hasattr(child, "__dict__") or hasattr(child, "__slots__"):
             total += bounded_evictions(child, _depth - 1)
     return total
+
+
+def _children(obj: object) -> list[Any]:
+    """Attribute values of an object (plain or slotted), or a dict's values."""
+    if isinstance(obj, dict):
+        return list(obj.values())
+    if isinstance(obj, (str, bytes, int, float, tuple, list, set, frozenset)):
+        return []
+    out = list(getattr(obj, "__dict__", {}).values())
+    for cls in type(obj).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if hasattr(obj, name):
+                out.append(getattr(obj, name))
+    return out
 
 
 def finding(

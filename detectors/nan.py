@@ -90,7 +90,7 @@ class NanDetector(Detector):
         self.skew_s = skew_s
         self._window = settle_s + 2 * skew_s
         self._open: Bounded[str, tuple[int, int, int]] = Bounded(max_jobs)  # job -> reported (attempt, step, rank)
-        self._pending: dict[str, _First] = {}
+        self._pending: Bounded[str, _First] = Bounded(max_jobs)
         self._world: Bounded[str, set[int]] = Bounded(max_jobs)  # job -> ranks seen reporting steps
 
     def observe(self, record: Record) -> list[Anomaly]:

@@ -33,7 +33,7 @@ from actions.ettr import EttrAccount
 from actions.knowledge import JobKnowledge
 from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command
 from actions.runner import PlanRunner
-from detectors.common import Bounded
+from detectors.common import Bounded, bounded_evictions
 from schemas.records import (ActionResult, AuditEntry, CheckpointEvent, Decision, Incident, JobTopology,
                              OperatorCommand, Record, TrainingStep)
 from streams.action_metrics import ActionMetrics
@@ -194,6 +194,9 @@ class ActCore:
         with self._lock:
             report = self.ettr.report(final.job)
         self.metrics.ettr(job=final.job, ettr=report.ettr, unproductive_s=report.unproductive_s)
+        self.metrics.evictions({"engine": bounded_evictions(self.engine) + self.engine.checkpoints.trimmed,
+                                "runner": self.runner.evicted.evicted + self.runner.attempts.evicted,
+                                "ettr": bounded_evictions(self.ettr)})
         if final.status != decision.status:
             self.publish(AuditEntry(ts=final.ts, event="incident_summary", subject_id=final.incident_id,
                                     actor="trainguard-act",

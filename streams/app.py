@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from detectors.pipeline import DetectionPipeline
 from schemas.topics import Topics
 from streams.fastpath import BatchLoop
-from streams.metrics import WorkerMetrics, detector_state_sizes
+from streams.metrics import WorkerMetrics, detector_evictions, detector_state_sizes
 from streams.tasks import NodeJobTable, TaskFactory
 from streams.watermark import EventClock
 from trainguard.settings import Settings
@@ -59,7 +59,8 @@ def create_app(settings: Settings) -> faust.App:
     app.trainguard_batch_loop = loop  # type: ignore[attr-defined]
     metrics = None
     if settings.metrics.enabled:
-        metrics = loop.metrics = WorkerMetrics(stats=factory.stats, topics=topics, state_sizes=lambda: _sizes(loop))
+        metrics = loop.metrics = WorkerMetrics(stats=factory.stats, topics=topics, state_sizes=lambda: _sizes(loop),
+                                               evictions=lambda: _evictions(loop))
         app.trainguard_metrics = metrics  # type: ignore[attr-defined]
 
     @app.task
@@ -77,6 +78,15 @@ def _sizes(loop: BatchLoop) -> dict[str, int]:
     for task in list(loop.tasks.values()):
         for name, size in detector_state_sizes(task.processor.pipeline.detectors)().items():
             total[name] = total.get(name, 0) + size
+    return total
+
+
+def _evictions(loop: BatchLoop) -> dict[str, int]:
+    """Keys dropped by the detectors' bounded maps, summed over this worker's tasks."""
+    total: dict[str, int] = {}
+    for task in list(loop.tasks.values()):
+        for name, count in detector_evictions(task.processor.pipeline.detectors)().items():
+            total[name] = total.get(name, 0) + count
     return total
 
 

@@ -29,8 +29,9 @@ class KafkaCommandBus:
         self.topics = topics
         self.codec = codec or Codec()
         settings = kafka_io.as_broker(broker)
-        self._producer = kafka_io.producer(settings, linger_ms=0)
-        self._consumer = kafka_io.consumer(settings)
+        # Reconnect fast after a broker outage (kafka-python backs off up to 30 s by default).
+        self._producer = kafka_io.producer(settings, linger_ms=0, reconnect_backoff_max_ms=500)
+        self._consumer = kafka_io.consumer(settings, reconnect_backoff_max_ms=500)
         self._lock = threading.Lock()
         name = topics.name("action-results")
         parts = kafka_io.partitions_for(self._consumer, name)

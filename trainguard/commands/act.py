@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--timeout", type=float, help="exit after this many seconds")
     p.add_argument("--log", type=Path, default=Path(".trainguard/actions/decisions.jsonl"),
                    help="where decisions are recorded locally (default: %(default)s)")
+    p.add_argument("--loglevel", default="warn", choices=["crit", "error", "warn", "info", "debug"])
     p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0: off)")
     p.set_defaults(handler=run)
 
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     console.print(f"act: {mode}, consuming {topics.name('incidents')} on {settings.broker.servers}")
     app = create_act_app(settings, core, max_incidents=args.max_incidents, timeout_s=args.timeout)
     try:
-        faust.Worker(app, loglevel="warn", quiet=True).execute_from_commandline()
+        faust.Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     except SystemExit as exc:  # the worker exits the process when it stops; finish our part first
         close()
         return int(exc.code or 0)
@@ -121,7 +122,9 @@ def build_core(settings: Settings, topics: Any, *, executor: str, dry_run: bool,
     journal = Journal(cfg.state_dir / "journal.sqlite")
     knowledge = JobKnowledge(journal, engine, checkpoints)
     knowledge.load()  # a restarted act knows every checkpoint, topology and earlier incident the old one did
-    producer = kafka_io.producer(settings.broker)
+    # Reconnect fast after a broker outage (kafka-python backs off up to 30 s by default): the first
+    # command after the broker returns must not wait for a backoff timer.
+    producer = kafka_io.producer(settings.broker, reconnect_backoff_max_ms=500)
     codec = Codec()
 
     def publish(record: Record) -> None:
