@@ -8,6 +8,7 @@ published as a `rails_state` entry for the console.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from schemas.codec import Codec
 from schemas.records import AuditEntry, Incident, JobTopology, OperatorCommand, Record
 from schemas.topics import Topics, key_for
 from streams.admin import ensure_topics
-from trainguard.commands.act import build_loop
+from streams.act_app import ActLoop
+from trainguard.commands.act import build_core
 
 
 def send(kafka: str, topics: Topics, *records: Record) -> None:
@@ -37,6 +39,22 @@ def audit_of(kafka: str, topics: Topics) -> list[AuditEntry]:
     return [r for r in out if isinstance(r, AuditEntry)]
 
 
+def run_loop(settings: Any, topics: Topics, core: Any, seconds: float, until: Any = None) -> None:
+    """The real act consume loop (as `trainguard act` runs it) for `seconds`, or until `until()` holds."""
+
+    async def main() -> None:
+        loop = ActLoop(broker=settings.broker, topics=topics, core=core, group_id=settings.actions.group_id)
+        loop.subscribe(topics.name("operator"), core.observe)
+        task = asyncio.create_task(loop.run())
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not (until and until()):
+            await asyncio.sleep(0.1)
+        loop.stop()
+        await task
+
+    asyncio.run(main())
+
+
 def test_reject_stale_reset_and_node_return(settings_factory: Any, topic_prefix: str, kafka: str,
                                             tmp_path: Path) -> None:
     settings = settings_factory(actions={"group_id": f"a-{topic_prefix}", "state_dir": str(tmp_path / "act"),
@@ -47,9 +65,9 @@ def test_reject_stale_reset_and_node_return(settings_factory: Any, topic_prefix:
     now = time.time()
     send(kafka, topics, JobTopology(ts=now, job="llm", world_size=4, rank_nodes={i: f"n{i}" for i in range(4)}),
          Incident(ts=now, id="hw-1", kind="hw_fault", job="llm", onset=now, detected_at=now, nodes=["n1"]))
-    loop = build_loop(settings, topics, executor="local", dry_run=False)
-    assert loop.run(lambda _i, _d: None, max_incidents=1, timeout_s=60) == 1
-    decision = loop.runner.journal.decision_for("hw-1")
+    core, close = build_core(settings, topics, executor="local", dry_run=False)
+    run_loop(settings, topics, core, 60, until=lambda: core.decided >= 1)
+    decision = core.runner.journal.decision_for("hw-1")
     assert decision is not None and decision.status == "awaiting_approval"
 
     now = time.time()
@@ -59,12 +77,14 @@ def test_reject_stale_reset_and_node_return(settings_factory: Any, topic_prefix:
          OperatorCommand(ts=now - 3600, id="op-2", verb="reset_breaker", operator="mallory"),
          OperatorCommand(ts=now, id="op-3", verb="return_node", operator="alice", subject_id="n7",
                          report={"passed": True, "machines": ["n7"]}))
-    loop.run(lambda _i, _d: None, timeout_s=6)
+    run_loop(settings, topics, core, 6)
+    core.show_rails()  # what the act app's timer does every second
 
-    final = loop.runner.journal.get(decision.id)
+    final = core.runner.journal.get(decision.id)
     assert final is not None and final.status == "blocked"
-    assert not loop.runner.journal.steps(decision.id)  # a rejected plan never runs
-    assert loop.runner.rails.pool.spares == ["spare-0", "n7"]
+    assert not core.runner.journal.steps(decision.id)  # a rejected plan never runs
+    assert core.runner.rails.pool.spares == ["spare-0", "n7"]
+    close()  # flushes what act published
     audit = audit_of(kafka, topics)
     by_command = {a.detail.get("command"): a for a in audit if a.event.startswith("operator_")}
     assert by_command["op-1"].actor == "alice" and by_command["op-1"].detail["applied"] is True
