@@ -11,7 +11,8 @@
 # from a shell file: $TRAINGUARD_HEALTHCHECK_CONF, default /etc/default/trainguard-healthcheck:
 #   TRAINGUARD_BIN=/opt/trainguard/bin/trainguard   the CLI (default: trainguard on PATH)
 #   TRAINGUARD_HEALTHCHECK_CHECKS=dcgm,all_to_all   selfcheck stages (cheap ones: it runs often)
-#   TRAINGUARD_HEALTHCHECK_TIMEOUT=30               collective timeout, seconds
+#   TRAINGUARD_HEALTHCHECK_TIMEOUT=10               collective timeout, seconds
+#   TRAINGUARD_HEALTHCHECK_DEADLINE=50              whole check; slurmd kills the program at 60 s
 #   SCONTROL=/usr/bin/scontrol, PATH=...
 # A stage that fails on this node is a failure even when the selfcheck, which compares
 # machines, names no culprit: a lone node has nothing to compare with.
@@ -27,10 +28,17 @@ NODE="${SLURMD_NODENAME:-$(hostname -s)}"
 TRAINGUARD="${TRAINGUARD_BIN:-trainguard}"
 SCONTROL="${SCONTROL:-scontrol}"
 CHECKS="${TRAINGUARD_HEALTHCHECK_CHECKS:-dcgm,all_to_all}"
-TIMEOUT="${TRAINGUARD_HEALTHCHECK_TIMEOUT:-30}"
+TIMEOUT="${TRAINGUARD_HEALTHCHECK_TIMEOUT:-10}"
 
-report="$("$TRAINGUARD" selfcheck --machines "$NODE" --checks "$CHECKS" --timeout "$TIMEOUT" 2>&1)"
+# slurmd kills a HealthCheckProgram after 60 s; finish first. A check that could not finish
+# says nothing about the node (a loaded host, a slow start): no drain, no resume.
+DEADLINE="${TRAINGUARD_HEALTHCHECK_DEADLINE:-50}"
+report="$(timeout "$DEADLINE" "$TRAINGUARD" selfcheck --machines "$NODE" --checks "$CHECKS" --timeout "$TIMEOUT" 2>&1)"
 rc=$?
+if [ "$rc" -eq 124 ]; then
+  echo "trainguard-healthcheck: $NODE: selfcheck did not finish in ${DEADLINE}s; no action" >&2
+  exit 0
+fi
 failed_stage="$(printf '%s' "$report" | sed -n 's/.*"name": "\([a-z_]*\)", "status": "failed".*/\1/p' | head -n 1)"
 if [ "$rc" -eq 2 ] || ! printf '%s' "$report" | grep -q '"passed"'; then
   failed_stage="selfcheck-error"   # could not run: a broken install is not a healthy node
