@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # Subprocesses that call `trainguard` by name find the venv's console script.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install demo test unit integration broker-start broker-stop bench eval typecheck clean
+.PHONY: install tools web-assets browser demo demo-console test unit integration broker-start broker-stop bench eval typecheck clean
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -22,7 +22,21 @@ $(STAMP): pyproject.toml $(PY)
 	if [ -d tests/plugins/sample_detector ]; then $(PY) -m pip install -q --disable-pip-version-check -e tests/plugins/sample_detector; fi
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) web-assets
+
+# The console's charting library (uPlot) from npm into a gitignored folder; no CDN at run time.
+web-assets:
+	tools/install_web_assets.sh
+
+# Debian's headless Chromium + chromedriver for the console's browser tests.
+browser:
+	tools/install_chromium.sh
+
+# Real parts the deploy tests use: helm built from its Go module into .tools/ (once,
+# a few minutes), Slurm and munge from Debian (once). Both scripts are idempotent.
+tools:
+	tools/helm.sh
+	tools/slurm-install.sh
 
 broker-start: install
 	$(TG) broker start
@@ -33,7 +47,11 @@ broker-stop:
 demo: install broker-start
 	$(TG) demo
 
-test: install broker-start
+# The demo with the operator console kept open (prints its URL and tokens).
+demo-console: install broker-start
+	$(TG) demo --console --hold 600
+
+test: install tools browser broker-start
 	@status=0; $(PY) -m pytest tests || status=$$?; $(TG) broker stop; exit $$status
 
 unit: install

@@ -9,8 +9,11 @@ step is strictly below the first bad step (or whose time precedes the onset).
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from actions.restore import RestorePlan, TierIndex
+from detectors.common import Bounded
 from schemas.records import CheckpointEvent
 
 
@@ -23,6 +26,21 @@ class Checkpoint:
     path: str
     ts: float
     code_version: str = ""
+    tiers: dict[str, Any] | None = None  # per-rank tier choice when the checkpoint manager's copies won
+
+
+def _from_plan(plan: RestorePlan | None) -> Checkpoint | None:
+    if plan is None:
+        return None
+    params = plan.as_params()
+    return Checkpoint(plan.job, plan.step, params["path"], plan.ts, tiers=params["restore_tiers"])
+
+
+def _newer(legacy: Checkpoint | None, tiered: Checkpoint | None) -> Checkpoint | None:
+    """The later step; on a tie the tiered copy (memory beats remote storage)."""
+    if legacy is None or (tiered is not None and tiered.step >= legacy.step):
+        return tiered or legacy
+    return legacy
 
 
 @dataclass
@@ -49,17 +67,36 @@ class CheckpointRegistry:
     '/c/150b'
     """
 
-    def __init__(self) -> None:
-        self._jobs: dict[str, _JobCheckpoints] = {}
+    def __init__(self, *, max_jobs: int = 4096, max_per_job: int = 256) -> None:
+        # Bounded: a long job saves thousands of checkpoints and a fleet runs endless jobs;
+        # only the newest few per job are ever restored, and a job not heard of for
+        # `max_jobs` other jobs has finished.
+        self._jobs: Bounded[str, _JobCheckpoints] = Bounded(max_jobs)
+        self.max_per_job = max_per_job
+        self.trimmed = 0  # old checkpoints forgotten past `max_per_job`
+        self.tiers = TierIndex(keep_steps=max_per_job)
+
+    @property
+    def evicted(self) -> int:
+        """Jobs and checkpoints forgotten to keep the registry bounded (for metrics)."""
+        return self._jobs.evicted + self.trimmed
 
     def observe(self, event: CheckpointEvent) -> None:
-        """Apply one announcement."""
-        job = self._jobs.setdefault(event.job, _JobCheckpoints())
+        """Apply one announcement (per-tier copies from the checkpoint manager go to `tiers`)."""
+        if event.tier:
+            self.tiers.observe(event)
+            return
+        job = self._jobs.get(event.job)
+        if job is None:
+            job = self._jobs[event.job] = _JobCheckpoints()
         if event.status == "saved":
             self._drop_abandoned(job, event)
             if event.step not in job.by_step:
                 bisect.insort(job.steps, event.step)
             job.by_step[event.step] = Checkpoint(event.job, event.step, event.path, event.ts, event.code_version)
+            while len(job.steps) > self.max_per_job:
+                del job.by_step[job.steps.pop(0)]
+                self.trimmed += 1
         elif event.status in ("failed", "invalid") and event.step in job.by_step:
             del job.by_step[event.step]
             job.steps.remove(event.step)
@@ -74,15 +111,33 @@ class CheckpointRegistry:
             del job.by_step[step]
             job.steps.remove(step)
 
-    def latest(self, job: str) -> Checkpoint | None:
-        """The newest saved checkpoint of a job."""
+    def snapshot(self, job: str) -> dict[str, Any]:
+        """One job's saved checkpoints (and tiered copies) as plain data, for the journal."""
         entry = self._jobs.get(job)
-        if entry is None or not entry.steps:
-            return None
-        return entry.by_step[entry.steps[-1]]
+        rows = [] if entry is None else [asdict(entry.by_step[s]) for s in entry.steps]
+        return {"checkpoints": rows, "tiers": self.tiers.snapshot(job)}
+
+    def restore(self, job: str, state: dict[str, Any]) -> None:
+        """Inverse of `snapshot` (a restarted consumer knows every checkpoint the old one knew)."""
+        entry = self._jobs[job] = _JobCheckpoints()
+        for row in state.get("checkpoints", []):
+            ckpt = Checkpoint(**row)
+            entry.by_step[ckpt.step] = ckpt
+        entry.steps = sorted(entry.by_step)
+        self.tiers.restore(job, state.get("tiers", {}))
+
+    def latest(self, job: str, *, lost_nodes: set[str] | frozenset[str] = frozenset()) -> Checkpoint | None:
+        """The newest saved checkpoint of a job (tiered copies on `lost_nodes` do not count)."""
+        entry = self._jobs.get(job)
+        legacy = entry.by_step[entry.steps[-1]] if entry is not None and entry.steps else None
+        return _newer(legacy, _from_plan(self.tiers.plan(job, lost_nodes=lost_nodes)))
 
     def latest_before(self, job: str, *, step: int | None = None, ts: float | None = None) -> Checkpoint | None:
         """The newest checkpoint strictly before `step` (and saved before `ts`)."""
+        tiered = _from_plan(self.tiers.plan(job, before=step, ts=ts))
+        return _newer(self._legacy_before(job, step=step, ts=ts), tiered)
+
+    def _legacy_before(self, job: str, *, step: int | None, ts: float | None) -> Checkpoint | None:
         entry = self._jobs.get(job)
         if entry is None:
             return None
@@ -102,11 +157,12 @@ class CheckpointRegistry:
 
         That version is the last good code a user error rolls back to.
         """
-        entry = self._jobs.get(job)
-        if entry is None:
-            return None
-        for step in reversed(entry.steps):
-            ckpt = entry.by_step[step]
-            if ckpt.code_version and ckpt.code_version != exclude:
-                return ckpt
-        return None
+        entry = self._jobs.get(job) or _JobCheckpoints()
+        legacy = next((entry.by_step[s] for s in reversed(entry.steps)
+                       if entry.by_step[s].code_version and entry.by_step[s].code_version != exclude), None)
+        plan = self.tiers.latest_with_code(job, exclude=exclude)
+        tiered = _from_plan(plan)
+        if tiered is not None and plan is not None:
+            code = next(iter(plan.ranks.values())).code_version
+            tiered = Checkpoint(tiered.job, tiered.step, tiered.path, tiered.ts, code, tiered.tiers)
+        return _newer(legacy, tiered)

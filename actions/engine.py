@@ -23,6 +23,7 @@ from actions.checkpoints import Checkpoint, CheckpointRegistry
 from actions.replay import plan_regroupings
 from actions.topology import Topology
 from detectors.base import anomaly_id
+from detectors.common import Bounded
 from schemas.records import Decision, Incident, JobTopology, PlannedAction
 
 SELF_CHECKS = ["dcgm", "all_to_all", "all_gather", "bitwise"]
@@ -38,15 +39,33 @@ class DecisionEngine:
         dry_run: bool = False,
         retry_window_s: float = 3600.0,
         network_confirmations: int = 2,
+        max_jobs: int = 4096,
+        max_nodes: int = 65536,
     ) -> None:
         self.checkpoints = checkpoints
         self.dry_run = dry_run
         self.retry_window_s = retry_window_s
         self.network_confirmations = network_confirmations
-        self.topologies: dict[str, Topology] = {}
-        self._nan_steps: dict[str, set[int]] = {}
-        self._retried: dict[str, float] = {}
-        self._network_seen: dict[tuple[str, str], float] = {}
+        # Every per-key memory is bounded (an endless stream of jobs must not grow it) and
+        # journaled through `snapshot`, so a restarted consumer decides as the old one would.
+        self.topologies: Bounded[str, Topology] = Bounded(max_jobs)
+        self._nan_steps: Bounded[str, list[int]] = Bounded(max_jobs)
+        self._retried: Bounded[str, float] = Bounded(max_jobs)
+        self._network_seen: Bounded[str, float] = Bounded(max_nodes)  # "job\x00node" -> last seen
+
+    def snapshot(self) -> dict[str, Any]:
+        """The engine's memory of earlier incidents, as plain data for the journal."""
+        return {"nan_steps": dict(self._nan_steps), "retried": dict(self._retried),
+                "network_seen": dict(self._network_seen)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Inverse of `snapshot`."""
+        for key, steps in state.get("nan_steps", {}).items():
+            self._nan_steps[key] = [int(s) for s in steps]
+        for key, ts in state.get("retried", {}).items():
+            self._retried[key] = float(ts)
+        for key, ts in state.get("network_seen", {}).items():
+            self._network_seen[key] = float(ts)
 
     def observe_topology(self, record: JobTopology) -> None:
         """Learn (or update) a job's parallel layout."""
@@ -55,6 +74,8 @@ class DecisionEngine:
     def decide(self, incident: Incident) -> Decision:
         """Choose the plan for one incident."""
         kind = incident.kind
+        if not incident.job and kind in ("hw_fault", "network", "sdc") and incident.nodes:
+            return self._jobless_node(incident)
         if kind == "hw_fault":
             return self._hw_fault(incident)
         if kind == "network":
@@ -82,15 +103,28 @@ class DecisionEngine:
                           "retry on the same nodes: rejected, hardware faults recur"],
         )
 
+    def _jobless_node(self, inc: Incident) -> Decision:
+        """A sick node that runs no known job: cordon it for repair; no job needs restarting.
+
+        The eviction still passes the breaker (as a fleet eviction), so a flapping
+        switch that makes idle nodes look sick cannot drain the fleet either.
+        """
+        nodes = list(dict.fromkeys(inc.nodes))
+        return self._decision(
+            inc, rule=f"{inc.kind}.cordon_idle_node",
+            plan=[PlannedAction(action="cordon_node", nodes=nodes, params={"reason": inc.kind})],
+            reason=f"{inc.kind} on {', '.join(nodes)}, which runs no known job: cordon for repair",
+            alternatives=["ignore: rejected, the next job scheduled there would fail"])
+
     def _network(self, inc: Incident) -> Decision:
         nodes = self._suspect_nodes(inc)
         if not nodes:
             return self._escalate(inc, "network.unlocalised", "network fault names no node; likely a switch")
-        seen = sum(1 for n in nodes if inc.detected_at - self._network_seen.get((inc.job, n), -1e18)
+        seen = sum(1 for n in nodes if inc.detected_at - self._network_seen.get(f"{inc.job}\x00{n}", -1e18)
                    <= self.retry_window_s)
         confirmations = max(len(inc.anomaly_ids), int(inc.evidence.get("confirmations", 0))) + seen
         for node in nodes:
-            self._network_seen[(inc.job, node)] = inc.detected_at
+            self._network_seen[f"{inc.job}\x00{node}"] = inc.detected_at
         alternatives = ["evict at once: rejected, one flap is often a transient link error",
                         "ignore: rejected, a bad NIC slows every collective of the job"]
         if confirmations >= self.network_confirmations or inc.evidence.get("confirmed"):
@@ -140,11 +174,11 @@ class DecisionEngine:
             alternatives=["evict the whole job: rejected, a self-check costs minutes, not the fleet"])
 
     def _numeric(self, inc: Incident) -> Decision:
-        seen = self._nan_steps.setdefault(inc.job, set())
+        seen = self._nan_steps.get(inc.job, [])
         if inc.step is not None and inc.step in seen:
             return self._sdc(inc, rule=f"{inc.kind}.recurrence_as_sdc")
         if inc.step is not None:
-            seen.add(inc.step)
+            self._nan_steps[inc.job] = [*seen, inc.step][-64:]  # a recurrence is near; older steps do not matter
         ckpt = self.checkpoints.latest_before(inc.job, step=inc.step, ts=inc.onset)
         alternatives = ["evict: rejected, a first NaN is usually numeric, not hardware",
                         "skip the batch: rejected, optimizer state may already be poisoned"]
@@ -176,8 +210,10 @@ class DecisionEngine:
         # If the replay cannot reproduce the corruption (a transient flip), an unambiguous checksum
         # vote of the replicas (>= 3 agreeing against one) still names the machine.
         voted = list(inc.nodes) if inc.nodes and not inc.evidence.get("ambiguous", True) else []
-        locate_params: dict[str, Any] = {"from_replay": [0, 1], "fallback_nodes": voted}
-        plan = [PlannedAction(action="replay_regroup", nodes=machines, params={"phase": 1, "groups": replay.phase1}),
+        locate_params: dict[str, Any] = {"from_replay": [1, 2], "fallback_nodes": voted}
+        # Stop first: every step trained on corrupt weights is wasted, and the replay takes minutes.
+        plan = [PlannedAction(action="stop", nodes=machines, params={"reason": f"{inc.kind}: stop before diagnosis"}),
+                PlannedAction(action="replay_regroup", nodes=machines, params={"phase": 1, "groups": replay.phase1}),
                 PlannedAction(action="replay_regroup", nodes=machines, params={"phase": 2, "groups": replay.phase2}),
                 PlannedAction(action="evict_node", params=dict(locate_params)),
                 PlannedAction(action="swap_standby", params=dict(locate_params)),
@@ -247,7 +283,7 @@ class DecisionEngine:
             cond["only_if_failed"] = only_if_failed
         if nodes_from is not None:
             cond["nodes_from"] = nodes_from
-        ckpt = ckpt or self.checkpoints.latest(inc.job)
+        ckpt = ckpt or self.checkpoints.latest(inc.job, lost_nodes=set(nodes))
         # The restart does not depend on the diagnosis: a stopped or hung job must train again even
         # when the self-check named no machine (then nothing is evicted and all nodes restart).
         restart_cond = {k: v for k, v in cond.items() if k != "nodes_from"}
@@ -279,6 +315,8 @@ class DecisionEngine:
 
 def _ckpt_params(ckpt: Checkpoint | None, *, before: int | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"step": ckpt.step if ckpt else None, "path": ckpt.path if ckpt else None}
+    if ckpt is not None and ckpt.tiers:
+        out["restore_tiers"] = ckpt.tiers  # which tier each rank restores from (actions/restore.py)
     if before is not None:
         out["before_step"] = before
     return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from detectors.common import Bounded
 from schemas.records import ActionResult, Incident, Record, TrainingStep
 
 CATEGORIES = ("detection", "localisation", "failover", "recompute")
@@ -78,15 +79,18 @@ class EttrAccount:
     (10.0, 1.0, 2.0)
     """
 
-    def __init__(self) -> None:
-        self._jobs: dict[str, _Job] = {}
+    def __init__(self, *, max_jobs: int = 4096, max_steps: int = 50_000) -> None:
+        # Bounded like every per-key map: jobs beyond `max_jobs` are forgotten oldest first, and
+        # a job keeps its last `max_steps` steps (older ones are settled: redone or not).
+        self._jobs: Bounded[str, _Job] = Bounded(max_jobs)
+        self.max_steps = max_steps
 
     def observe(self, record: Record) -> None:
         """Take in one record; ignores the kinds it does not account for."""
         if isinstance(record, TrainingStep):
             self._step(record)
         elif isinstance(record, Incident):
-            job = self._jobs.setdefault(record.job, _Job())
+            job = self._job(record.job)
             job.episodes.append(_Episode(record.onset, record.detected_at, max_step=job.max_step,
                                          attempt=job.attempt))
             job.first = min(job.first, record.onset)
@@ -104,16 +108,25 @@ class EttrAccount:
         """The account of one job so far."""
         entry = self._jobs.get(job) or _Job()
         wall = max(0.0, entry.last - entry.first) if entry.steps or entry.episodes else 0.0
+        labelled = self._labelled(entry)
+        spent = _measure_by_priority(labelled, lo=entry.first, hi=entry.last)
+        unproductive = {name: spent.get(i, 0.0) for i, name in enumerate(CATEGORIES)}
+        productive = max(0.0, wall - sum(unproductive.values()))
+        return EttrReport(job, wall, productive, unproductive, len(entry.episodes))
+
+    def timeline(self, job: str) -> list[tuple[str, float, float]]:
+        """The unproductive intervals (cause, start, end) behind `report`, for a plot; overlaps not merged."""
+        entry = self._jobs.get(job) or _Job()
+        return [(CATEGORIES[label], a, b) for a, b, label in self._labelled(entry) if b > a]
+
+    def _labelled(self, entry: _Job) -> list[tuple[float, float, int]]:
         labelled: list[tuple[float, float, int]] = []
         for ep in entry.episodes:
             localised = ep.localised if ep.localised is not None else ep.detected
             recovered = ep.recovered if ep.recovered is not None else entry.last
             labelled += [(ep.onset, ep.detected, 0), (ep.detected, localised, 1), (localised, recovered, 2)]
         labelled += [(ts - dur, ts, 3) for ts, dur in self._redone(entry)]
-        spent = _measure_by_priority(labelled, lo=entry.first, hi=entry.last)
-        unproductive = {name: spent.get(i, 0.0) for i, name in enumerate(CATEGORIES)}
-        productive = max(0.0, wall - sum(unproductive.values()))
-        return EttrReport(job, wall, productive, unproductive, len(entry.episodes))
+        return labelled
 
     def attempt(self, job: str) -> int:
         """The highest restart generation (`TrainingStep.attempt`) the job has reported."""
@@ -121,7 +134,7 @@ class EttrAccount:
         return entry.attempt if entry is not None else 0
 
     def _step(self, rec: TrainingStep) -> None:
-        job = self._jobs.setdefault(rec.job, _Job())
+        job = self._job(rec.job)
         job.attempt = max(job.attempt, rec.attempt)
         if job.rank is None:
             job.rank = rec.rank
@@ -136,7 +149,15 @@ class EttrAccount:
                                                                     or rec.step <= ep.max_step):
                 ep.recovered = rec.ts - rec.step_time_s
         job.steps.append((rec.step, rec.ts, rec.step_time_s))
+        if len(job.steps) > self.max_steps + self.max_steps // 4:  # trim in chunks: amortised O(1)
+            del job.steps[: len(job.steps) - self.max_steps]
         job.max_step = max(job.max_step, rec.step)
+
+    def _job(self, name: str) -> _Job:
+        job = self._jobs.get(name)
+        if job is None:
+            job = self._jobs[name] = _Job()
+        return job
 
     @staticmethod
     def _open(job: _Job) -> _Episode | None:
@@ -152,12 +173,26 @@ class EttrAccount:
 
 
 def _measure_by_priority(intervals: list[tuple[float, float, int]], *, lo: float, hi: float) -> dict[int, float]:
-    """Length covered by each label, where overlaps go to the lowest label."""
-    points = sorted({lo, hi, *(max(lo, min(hi, p)) for a, b, _ in intervals for p in (a, b))})
+    """Length covered by each label within [lo, hi], where overlaps go to the lowest label.
+
+    A sweep over the sorted interval edges, O(n log n): a job with thousands
+    of incidents is reported on every decision and by the console, and the
+    former test of every interval at every edge took seconds there.
+    """
+    edges: list[tuple[float, int, int]] = []
+    for a, b, label in intervals:
+        a, b = max(lo, min(hi, a)), max(lo, min(hi, b))
+        if b > a:
+            edges += [(a, 1, label), (b, -1, label)]
+    edges.sort(key=lambda e: e[0])
+    active: dict[int, int] = {}
     out: dict[int, float] = {}
-    for left, right in zip(points, points[1:]):
-        mid = (left + right) / 2
-        labels = [lab for a, b, lab in intervals if a <= mid < b]
-        if labels:
-            out[min(labels)] = out.get(min(labels), 0.0) + (right - left)
+    prev = lo
+    for x, delta, label in edges:
+        if x > prev:
+            live = [lab for lab, n in active.items() if n > 0]
+            if live:
+                out[min(live)] = out.get(min(live), 0.0) + (x - prev)
+            prev = x
+        active[label] = active.get(label, 0) + delta
     return out

@@ -12,9 +12,11 @@ restart.
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -24,10 +26,21 @@ from actions.replay import ReplayPlan, locate
 from actions.safety import CircuitBreaker, Cooldown, needs_approval
 from actions.standby import PoolExhausted, StandbyPool
 from actions.topology import Topology
+from detectors.common import Bounded
 from schemas.records import ActionCommand, ActionResult, AuditEntry, Decision, PlannedAction, Record
 from schemas.signing import sign
 
 Sink = Callable[[Record], None]
+T = TypeVar("T")
+
+
+def _locked(method: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(method)
+    def wrapper(self: PlanRunner, *args: Any, **kwargs: Any) -> T:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
 _STOP_ON_FAILURE = frozenset({"evict_node", "restart_from_checkpoint", "rollback_code", "hot_update", "retry"})
 
 
@@ -46,30 +59,34 @@ class PlanRunner:
 
     def __init__(self, *, journal: Journal, rails: Rails, node_executor: Executor, cluster_executor: Executor,
                  key: bytes, sink: Sink, clock: Clock, topologies: dict[str, Topology] | None = None,
-                 reported_attempt: Callable[[str], int] | None = None) -> None:
+                 reported_attempt: Callable[[str], int] | None = None, max_jobs: int = 4096) -> None:
         self.journal = journal
         self.rails = rails
+        # Plans of different jobs run on threads; rails and bookkeeping change only under this
+        # lock, which is released while an executor waits for agents (seconds to minutes).
+        self.lock = threading.RLock()
         self.node_executor = node_executor
         self.cluster_executor = cluster_executor
         self.key = key
         self.sink = sink
         self.clock = clock
         self.topologies = topologies if topologies is not None else {}
-        self.evicted: dict[str, set[str]] = {}
+        self.evicted: Bounded[str, set[str]] = Bounded(max_jobs)  # job ("" for idle nodes) -> nodes taken out
         # A restart generation shared by every node of the job: a standby swapped in must join the
         # same `attempt` as the nodes that stay, or detectors would see two jobs' worth of steps.
         self.reported_attempt = reported_attempt or (lambda job: 0)
-        self.attempts: dict[str, int] = {}
+        self.attempts: Bounded[str, int] = Bounded(max_jobs)
         self._resets_seen = int(journal.get_state("operator").get("breaker_resets", 0))
         self._load_state()
 
     # ------------------------------------------------------------ decisions
 
-    def admit(self, decision: Decision) -> Decision | None:
-        """Journal a new decision (approval/dry-run status set); None if a duplicate."""
+    @_locked
+    def admit(self, decision: Decision, state: dict[str, dict[str, Any]] | None = None) -> Decision | None:
+        """Journal a new decision (approval/dry-run status set), with `state` atomically; None if a duplicate."""
         if needs_approval(decision.kind, self.rails.approval_kinds) and not decision.dry_run:
             decision = msgspec.structs.replace(decision, status="awaiting_approval")
-        if not self.journal.record_decision(decision):
+        if not self.journal.record_decision(decision, state):
             self._audit("duplicate_incident", decision.incident_id, {"decision": decision.id})
             return None
         self._audit("decision", decision.id, {"incident": decision.incident_id, "rule": decision.rule,
@@ -77,6 +94,7 @@ class PlanRunner:
                                               "dry_run": decision.dry_run, "plan": [s.action for s in decision.plan]})
         return decision
 
+    @_locked
     def run(self, decision: Decision) -> Decision:
         """Execute (or resume) a planned decision; return it with its final status."""
         if decision.dry_run or decision.status != "planned":
@@ -86,13 +104,14 @@ class PlanRunner:
         for idx, step in enumerate(decision.plan):
             done = self.journal.step_result(decision.id, idx)
             if done is None:
-                done = self._step(decision, idx, step, results)
-                self.journal.record_step(decision.id, idx, done)
+                sent = self.journal.intent(decision.id, idx)
+                done = self._resend(decision, idx, step, sent) if sent else self._step(decision, idx, step, results)
+                self.journal.record_step(decision.id, idx, done, state={"rails": self._state()})
                 self._audit("result", done.command_id, {"decision": decision.id, "step": idx,
                                                         "action": step.action, "status": done.status,
                                                         "message": done.message, "details": done.details})
             results[idx] = done
-            if done.status == "rejected" and step.action == "evict_node":
+            if done.status == "rejected" and step.action in ("evict_node", "cordon_node"):
                 status = "blocked"
                 break
             if done.status in ("failed", "rejected") and step.action in _STOP_ON_FAILURE:
@@ -103,6 +122,7 @@ class PlanRunner:
         self._audit("decision_" + status, decision.id, {"incident": decision.incident_id})
         return final
 
+    @_locked
     def approve(self, decision_id: str) -> Decision | None:
         """Operator approval: move an awaiting decision to planned."""
         decision = self.journal.get(decision_id)
@@ -113,6 +133,7 @@ class PlanRunner:
         self._audit("approved", decision_id, {})
         return decision
 
+    @_locked
     def poll_operator(self) -> None:
         """Apply operator requests another process left in the journal (breaker resets)."""
         requested = int(self.journal.get_state("operator").get("breaker_resets", 0))
@@ -126,6 +147,7 @@ class PlanRunner:
                 self._save_state()
                 self._audit("standby_returned", node, {"pool_size": self.rails.pool.size})
 
+    @_locked
     def reset_breaker(self) -> None:
         """Operator reset of a tripped circuit breaker."""
         self.rails.breaker.reset()
@@ -147,15 +169,14 @@ class PlanRunner:
             return self._result(decision, idx, "escalate", "ok", "escalated to an operator")
         if step.action == "swap_standby":
             return self._swap(decision, idx, nodes)
-        if step.action == "evict_node":
+        if step.action in ("evict_node", "cordon_node"):
             verdict = self.rails.cooldown.check(nodes, ts=decision.ts)
             if verdict.allowed:
                 verdict = self.rails.breaker.check(job=decision.job, nodes=nodes, job_size=self._job_size(decision.job),
                                                    ts=decision.ts)
             if not verdict.allowed:
-                self._save_state()
                 self._audit("blocked", decision.id, {"step": idx, "reason": verdict.reason, "nodes": nodes})
-                return self._result(decision, idx, "evict_node", "rejected", verdict.reason)
+                return self._result(decision, idx, step.action, "rejected", verdict.reason)
         params.pop("only_if_failed", None)
         params.pop("nodes_from", None)
         params.pop("from_replay", None)
@@ -167,16 +188,39 @@ class PlanRunner:
         if step.action in ("self_check", "replay_regroup"):
             params["machines"] = nodes
         targets = self._targets(decision.job, step.action, nodes)
+        if not targets:
+            # Fail safe: a command that names no node would reach every agent of the job
+            # (an evicted node's too). Send nothing; the plan stops and a human is asked.
+            why = f"no target node could be resolved for {step.action} (job {decision.job or '?'} topology unknown)"
+            self._audit("escalation", decision.id, {"incident": decision.incident_id, "step": idx, "reason": why})
+            return self._result(decision, idx, step.action, "failed", why + "; nothing sent, escalated")
         # Agent commands name exactly the agents that must act: an evicted node's agent must not restart.
         addressed = nodes if step.action in CLUSTER_ACTIONS else targets
         command = self._command(decision, idx, step.action, addressed, step.ranks, params)
+        self.journal.record_intent(decision.id, idx, command)
+        return self._resend(decision, idx, step, command, targets=targets)
+
+    def _resend(self, decision: Decision, idx: int, step: PlannedAction, command: ActionCommand, *,
+                targets: list[str] | None = None) -> ActionResult:
+        """Send a step's (journaled) command and apply its effects once it succeeded.
+
+        Also the resume path after a crash between send and result: the same signed
+        command goes out again, the agent or scheduler answers "already done", and that
+        counts as done, so the node is recorded as evicted all the same.
+        """
+        targets = list(command.nodes) if targets is None else targets  # a command names exactly its targets
         executor = self.cluster_executor if step.action in CLUSTER_ACTIONS else self.node_executor
-        result = executor.execute(command, targets=targets)
-        if step.action == "evict_node" and result.status == "ok":
-            self.rails.breaker.record(job=decision.job, nodes=nodes, ts=decision.ts)
-            self.rails.cooldown.record(nodes, ts=decision.ts)
-            self.evicted.setdefault(decision.job, set()).update(nodes)
-            self._save_state()
+        self.lock.release()  # held once, by `run`: other jobs' plans go on while this one waits
+        try:
+            result = executor.execute(command, targets=targets)
+        finally:
+            self.lock.acquire()
+        if isinstance(command.params.get("attempt"), int):  # the generation this restart started
+            self.attempts[decision.job] = max(self.attempts.get(decision.job, 0), command.params["attempt"])
+        if step.action in ("evict_node", "cordon_node") and result.status == "ok":
+            self.rails.breaker.record(job=decision.job, nodes=command.nodes, ts=decision.ts)
+            self.rails.cooldown.record(command.nodes, ts=decision.ts)
+            self.evicted[decision.job] = self.evicted.get(decision.job, set()) | set(command.nodes)
         return result
 
     def _nodes_for(self, decision: Decision, step: PlannedAction, results: dict[int, ActionResult]) -> list[str] | None:
@@ -198,10 +242,8 @@ class PlanRunner:
             for node in nodes:
                 swaps[node] = self.rails.pool.take(replacing=node)
         except PoolExhausted as exc:
-            self._save_state()
             self._audit("standby_exhausted", decision.id, {"replaced": swaps, "pool_size": 0})
             return self._result(decision, idx, "swap_standby", "skipped", str(exc), {"swaps": swaps})
-        self._save_state()
         return self._result(decision, idx, "swap_standby", "ok", f"swapped in {', '.join(swaps.values())}",
                             {"swaps": swaps, "pool_size": self.rails.pool.size})
 
@@ -221,10 +263,10 @@ class PlanRunner:
     def _next_attempt(self, job: str) -> int:
         nxt = max(self.attempts.get(job, 0), self.reported_attempt(job)) + 1
         self.attempts[job] = nxt
-        self._save_state()
         return nxt
 
     def _job_size(self, job: str) -> int:
+        """Nodes of the job; 0 (unknown) lets the breaker assume the smallest plausible job."""
         topo = self.topologies.get(job)
         return len(topo.nodes) if topo else 0
 
@@ -251,14 +293,18 @@ class PlanRunner:
         self.rails.cooldown.restore(state.get("cooldown", {}))
         if "pool" in state:
             self.rails.pool.restore(state["pool"])
-        self.evicted = {j: set(ns) for j, ns in state.get("evicted", {}).items()}
-        self.attempts = {j: int(a) for j, a in state.get("attempts", {}).items()}
+        for job, nodes in state.get("evicted", {}).items():
+            self.evicted[job] = set(nodes)
+        for job, attempt in state.get("attempts", {}).items():
+            self.attempts[job] = int(attempt)
 
     def _save_state(self) -> None:
-        self.journal.put_state("rails", {"breaker": self.rails.breaker.snapshot(), "pool": self.rails.pool.snapshot(),
-                                         "cooldown": self.rails.cooldown.snapshot(),
-                                         "evicted": {j: sorted(ns) for j, ns in self.evicted.items()},
-                                         "attempts": self.attempts})
+        self.journal.put_state("rails", self._state())
+
+    def _state(self) -> dict[str, Any]:
+        return {"breaker": self.rails.breaker.snapshot(), "pool": self.rails.pool.snapshot(),
+                "cooldown": self.rails.cooldown.snapshot(),
+                "evicted": {j: sorted(ns) for j, ns in self.evicted.items()}, "attempts": dict(self.attempts)}
 
 
 _NONE = ActionResult(ts=0.0, command_id="", action="none", status="skipped")

@@ -36,10 +36,16 @@ class CircuitBreaker:
     (True, False)
     """
 
-    def __init__(self, *, max_fraction: float, window_s: float, fleet_size: int = 0) -> None:
+    def __init__(self, *, max_fraction: float, window_s: float, fleet_size: int = 0, min_job_size: int = 4,
+                 fleet_max_evictions: int = 4) -> None:
         self.max_fraction = max_fraction
         self.window_s = window_s
         self.fleet_size = fleet_size
+        # Never off: a job whose size is unknown counts as the smallest plausible job, and
+        # without a known fleet size an absolute fleet-wide cap applies. Idle nodes (job "")
+        # count only against the fleet limit.
+        self.min_job_size = max(1, min_job_size)
+        self.fleet_max_evictions = max(1, fleet_max_evictions)
         self.tripped = False
         self.trip_reason = ""
         self._evictions: deque[tuple[float, str, str]] = deque()
@@ -51,11 +57,14 @@ class CircuitBreaker:
         self._expire(ts)
         fresh = set(nodes)
         job_nodes = {n for _, j, n in self._evictions if j == job} | fresh
-        if job_size > 0 and len(job_nodes) > self.max_fraction * job_size and len(job_nodes) > 1:
-            return self._trip(f"{len(job_nodes)}/{job_size} nodes of job {job} within {self.window_s:g}s")
+        size = job_size if job_size > 0 else self.min_job_size
+        if job and len(job_nodes) > self.max_fraction * size and len(job_nodes) > 1:
+            known = "" if job_size > 0 else " (size unknown: assumed the smallest plausible job)"
+            return self._trip(f"{len(job_nodes)}/{size} nodes of job {job}{known} within {self.window_s:g}s")
         fleet_nodes = {n for _, _, n in self._evictions} | fresh
-        if self.fleet_size > 0 and len(fleet_nodes) > self.max_fraction * self.fleet_size:
-            return self._trip(f"{len(fleet_nodes)}/{self.fleet_size} fleet nodes within {self.window_s:g}s")
+        fleet_cap = self.max_fraction * self.fleet_size if self.fleet_size > 0 else self.fleet_max_evictions
+        if len(fleet_nodes) > fleet_cap:
+            return self._trip(f"{len(fleet_nodes)} fleet nodes (limit {fleet_cap:g}) within {self.window_s:g}s")
         return Verdict(True)
 
     def record(self, *, job: str, nodes: list[str], ts: float) -> None:

@@ -19,6 +19,11 @@ class KubernetesSettings(BaseModel):
     host: str = Field("", description="API server URL override (tests point this at a fake)")
     taint_key: str = "trainguard.io/evicted"
     pod_label_selector: str = Field("", description="only evict pods matching this selector")
+    namespaces: list[str] = Field(default_factory=list, description="evict only pods of these namespaces "
+                                  "(namespaced RBAC); empty means every namespace (a cluster-wide pod list)")
+    event_namespace: str = Field("default", description="where Events about Nodes are recorded")
+    eviction_timeout_s: float = Field(300.0, gt=0, description="how long a drain may wait on PDBs and "
+                                      "terminating pods before the action fails")
 
 
 class SlurmSettings(BaseModel):
@@ -38,12 +43,23 @@ class ActionSettings(BaseModel):
     state_dir: Path = Field(Path(".trainguard/actions"), description="journal of decisions and plan steps")
     breaker_max_fraction: float = Field(0.25, gt=0, le=1, description="max fraction of nodes evicted per window")
     breaker_window_s: float = Field(3600.0, gt=0)
-    fleet_size: int = Field(0, ge=0, description="nodes in the fleet; 0 = only per-job limits")
+    fleet_size: int = Field(0, ge=0, description="nodes in the fleet; 0 = unknown, fleet_max_evictions applies")
+    fleet_max_evictions: int = Field(4, ge=1, description="nodes evicted/cordoned per window fleet-wide when "
+                                     "fleet_size is unknown (never off)")
+    min_job_size: int = Field(4, ge=1, description="a job whose size is unknown counts as this many nodes "
+                              "for the breaker")
+    max_jobs: int = Field(4096, ge=1, description="jobs remembered (checkpoints, topology, attempts); "
+                          "the least recently seen is forgotten, and counted")
     cooldown_s: float = Field(600.0, ge=0, description="min seconds between actions on one node")
     approval_kinds: list[str] = Field(default_factory=list, description="incident kinds that wait for approval")
     standby_nodes: list[str] = Field(default_factory=list, description="pre-checked warm spare nodes")
+    operator_max_age_s: float = Field(300.0, gt=0, description="console operator commands older than this are "
+                                      "refused (a re-read topic must not re-apply old ones)")
     command_timeout_s: float = Field(120.0, gt=0, description="how long to wait for agents' results")
     retry_window_s: float = Field(3600.0, gt=0, description="a second unknown fault within this escalates")
     network_confirmations: int = Field(2, ge=1, description="network anomalies needed before evicting")
+    plan_workers: int = Field(4, ge=1, description="plans (of different jobs) executed at once")
+    state_wait_s: float = Field(2.0, ge=0, description="before deciding, wait at most this long for the "
+                                "checkpoint/training topics to be read up to the incident")
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)

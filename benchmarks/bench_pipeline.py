@@ -102,11 +102,11 @@ def preload(servers: str, topics: Topics, nodes: int, count: int) -> int:
 
 
 @contextmanager
-def worker(servers: str, prefix: str, workdir: Path, *, fast_path: bool = True) -> Iterator[tuple[int, int]]:
+def worker(servers: str, prefix: str, workdir: Path, *, exactly_once: bool = True) -> Iterator[tuple[int, int]]:
     """A real `trainguard worker` process; yields its metrics port and pid."""
     port = 19_000 + uuid.uuid4().int % 2000
     config = {"broker": {"bootstrap": servers}, "topics": {"prefix": prefix},
-              "worker": {"app_id": f"bench-{prefix}", "state_dir": str(workdir / prefix), "fast_path": fast_path},
+              "worker": {"app_id": f"bench-{prefix}", "state_dir": str(workdir / prefix), "exactly_once": exactly_once},
               "metrics": {"port": port}}
     path = workdir / f"{prefix}yaml"
     path.write_text(yaml.safe_dump(config))
@@ -141,7 +141,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def measure_throughput(servers: str, workdir: Path, nodes: int, count: int,
-                       *, fast_path: bool = True) -> tuple[float, float]:
+                       *, exactly_once: bool = True) -> tuple[float, float]:
     """(events per wall second, events per worker CPU second) draining a pre-loaded backlog.
 
     On a shared machine the worker does not get a whole core; events per CPU
@@ -152,7 +152,7 @@ def measure_throughput(servers: str, workdir: Path, nodes: int, count: int,
     ensure_topics(servers, topics.all(), partitions=load_settings().topics.partitions, replication=1)
     total = preload(servers, topics, nodes, count)
     print(f"  pre-loaded {total:,} events ({nodes} nodes x {total // max(1, int(nodes * events_per_node_s()))} s)")
-    with worker(servers, prefix, workdir, fast_path=fast_path) as (port, pid):
+    with worker(servers, prefix, workdir, exactly_once=exactly_once) as (port, pid):
         first: tuple[float, float, float] | None = None
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
@@ -256,8 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=300_000, help="backlog size for the throughput run")
     parser.add_argument("--nodes", type=int, default=512, help="fleet size the events describe")
     parser.add_argument("--latency-s", type=float, default=30.0, help="length of the latency run (0: skip it)")
-    parser.add_argument("--faust-agents", action="store_true",
-                        help="measure the per-topic Faust agents instead of the batch hot path (worker.fast_path false)")
+    parser.add_argument("--compare-exactly-once", action="store_true",
+                        help="also drain the same backlog at-least-once (no transactions, no snapshots) and print the ratio")
     parser.add_argument("--latency-rate", type=float, help="skip the throughput run; measure latency at this events/s")
     args = parser.parse_args(argv)
     servers = load_settings().broker.servers
@@ -266,8 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             lat = measure_latency(servers, Path(tmp), args.latency_rate, args.latency_s)
             _print_latency(lat)
             return 0
-        rate, per_cpu_s = measure_throughput(servers, Path(tmp), args.nodes, args.events,
-                                             fast_path=not args.faust_agents)
+        rate, per_cpu_s = measure_throughput(servers, Path(tmp), args.nodes, args.events)
+        if args.compare_exactly_once:
+            _rate0, per_cpu_0 = measure_throughput(servers, Path(tmp), args.nodes, args.events, exactly_once=False)
+            print(f"exactly-once (transactions + snapshots): {per_cpu_s:,.0f} events/CPU-s; at-least-once baseline "
+                  f"{per_cpu_0:,.0f} events/CPU-s; ratio {per_cpu_s / max(per_cpu_0, 1.0):.2f}")
         per_node = events_per_node_s()
         print(f"throughput: {rate:,.0f} events/s per worker, wall clock on this shared machine "
               f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")

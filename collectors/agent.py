@@ -195,7 +195,9 @@ class Agent:
             log.info("ignoring command %s issued before this agent first started", cmd.id)
             return None
         if cmd.id in self.state.executed:
-            return self._result(cmd, "skipped", f"already executed (status {self.state.executed[cmd.id]})")
+            previous = self.state.executed[cmd.id]
+            return self._result(cmd, "skipped", f"already executed (status {previous})",
+                                {"already_executed": True, "previous_status": previous})
         self.state.executed[cmd.id] = "started"
         self._state_file.save(self.state)
         try:

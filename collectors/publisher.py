@@ -1,27 +1,27 @@
 """The one Kafka edge of the collectors: every record leaves a node through here.
 
-`publish()` only puts the record on an in-memory queue, so a training step
-pays microseconds, not a network round trip. Records are sent in batches at
-most every `linger_s` (or at once on `flush`): kafka-python spends a few ms
-of CPU per produce round trip, so batching is what keeps the hook's
-overhead under 1% of a step (see benchmarks/bench_hook.py). A background sender thread
-sends them in order through one kafka-python producer (batched,
-gzip-compressed, acks=all). Whatever cannot be acknowledged goes to the
-on-disk `Spool` (durable across restarts), and while anything is spooled,
-new records queue up behind it there, so order is kept; spooled records
-are deleted once acknowledged. While the broker is unreachable records
-simply accumulate on disk; when it returns they go out in the order they
-were taken. On `close()` anything undelivered is spooled for the next run.
+Write-ahead: `publish()` encodes the record and appends it to the on-disk
+`Spool` (SQLite, WAL) before it returns, so a record the caller handed over
+survives the collector being killed, the broker being down, or both. The
+cost is one SQLite insert on the caller's thread (tens of microseconds; with
+`sync="always"` an fsync too; see benchmarks/bench_hook.py for both).
 
-Delivery is at-least-once: after a partial failure the whole unacknowledged
-tail is resent, so a record may arrive twice but never out of order and
-never not at all (unless the spool bound forced a counted drop).
+A background sender thread reads the spool in order and sends batches at
+most every `linger_s` (or at once on `flush`): kafka-python spends a few ms
+of CPU per produce round trip, so batching keeps the hook's overhead under
+1% of a step. Rows are deleted once the broker acknowledged them. Nothing
+waits in memory: the spool is the queue, bounded by `spool_max_bytes`, and
+when full it drops the oldest low-value samples first, counted.
+
+Delivery is at-least-once and in order: after a partial failure (or a kill
+between send and acknowledgement) the unacknowledged tail is resent, so a
+record may arrive twice but never out of order and never not at all (unless
+the spool bound forced a counted drop). `stats()` counts resends.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from pathlib import Path
 from typing import Any
@@ -38,16 +38,19 @@ log = logging.getLogger(__name__)
 
 
 class Publisher:
-    """Asynchronous, spooling, ordered publisher of records to Kafka."""
+    """Write-ahead, ordered publisher of records to Kafka."""
 
     def __init__(self, *, servers: str, topics: Topics, spool_dir: Path, spool_max_bytes: int = 256 << 20,
                  batch_size: int = 500, linger_s: float = 0.2, send_timeout_s: float = 10.0,
-                 retry_backoff_s: float = 1.0, compression: str = "gzip", client_id: str = "trainguard-collector") -> None:
+                 retry_backoff_s: float = 1.0, compression: str = "gzip", client_id: str = "trainguard-collector",
+                 sync: str = "process") -> None:
         self.servers = servers
         self.topics = topics
-        self.spool = Spool(spool_dir, max_bytes=spool_max_bytes)
+        self.spool = Spool(spool_dir, max_bytes=spool_max_bytes, sync=sync)
         self.sent = 0
         self.send_failures = 0
+        self.resent = 0  # records sent again after an unacknowledged attempt (possible duplicates)
+        self.unencodable = 0
         self._batch_size = batch_size
         self._linger_s = linger_s
         self._send_timeout_s = send_timeout_s
@@ -60,141 +63,102 @@ class Publisher:
             bootstrap_timeout_ms=int(send_timeout_s * 1000) // 2,  # default 30 s would stall close()
         )
         self._codec = Codec()
-        self._queue: queue.SimpleQueue[Record | threading.Event | None] = queue.SimpleQueue()
         self._producer: KafkaProducer | None = None
         self._stopping = threading.Event()
+        self._wake = threading.Event()  # a record was appended
         self._urgent = threading.Event()  # set by flush/close: skip the linger wait
-        self._pending: list[Entry] = []  # taken off the queue, not yet sent nor spooled (sender thread only)
-        self._markers: list[tuple[int, threading.Event]] = []  # (last seq before a flush, its event)
+        self._delivered = threading.Condition()  # notified whenever acknowledged rows leave the spool
+        self._attempted = -1  # highest seq handed to the broker so far (sender thread only)
         self._thread = threading.Thread(target=self._run, name="trainguard-publisher", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------- API
 
     def publish(self, record: Record) -> None:
-        """Queue one record for sending. Non-blocking and thread-safe."""
-        self._queue.put(record)
+        """Make one record durable on local disk, then return; the sender delivers it. Thread-safe."""
+        try:
+            value = self._codec.encode(record)
+            topic, key = self.topics.for_record(record), key_for(record)
+        except Exception:  # a record we cannot encode is refused here, loudly, not queued
+            self.unencodable += 1
+            log.exception("dropping unencodable record %r", type(record).__name__)
+            return
+        self.spool.append(topic, key, value, low_value=tag_of(record) in LOW_VALUE_TAGS)
+        self._wake.set()
 
     def flush(self, timeout_s: float = 30.0) -> bool:
-        """Wait until everything queued so far is delivered; False on timeout."""
-        marker = threading.Event()
-        self._queue.put(marker)
+        """Wait until everything published so far is delivered; False on timeout."""
+        last = self.spool.next_seq - 1
         self._urgent.set()
-        return marker.wait(timeout_s)
+        self._wake.set()
+        with self._delivered:
+            return self._delivered.wait_for(lambda: self._done_through(last), timeout=timeout_s)
 
     def close(self, timeout_s: float = 10.0) -> bool:
-        """Deliver what can be delivered within `timeout_s`; the rest stays spooled.
+        """Deliver what can be delivered within `timeout_s`; the rest stays spooled for the next run.
 
         Returns True when nothing was left behind.
         """
         delivered = self.flush(timeout_s)
         self._stopping.set()
-        self._urgent.set()
-        self._queue.put(None)
+        self._wake.set()
         self._thread.join(timeout=self._send_timeout_s + 5)
-        if self._thread.is_alive():
-            log.error("publisher sender still busy after close; records not yet on disk may be lost")
         if self._producer is not None:
             self._producer.close(timeout=2)
+        if not self._thread.is_alive():
+            self.spool.close()
         return delivered
 
     def stats(self) -> dict[str, int]:
         """Counters for metrics and logs."""
         return {"sent": self.sent, "spooled": len(self.spool), "spool_bytes": self.spool.size_bytes,
                 "dropped_low_value": self.spool.dropped_low, "dropped_other": self.spool.dropped_other,
-                "send_failures": self.send_failures}
+                "send_failures": self.send_failures, "resent": self.resent + self.spool.possible_duplicates,
+                "unencodable": self.unencodable}
 
     # ------------------------------------------------------ sender thread
 
+    def _done_through(self, seq: int) -> bool:
+        oldest = self.spool.oldest_seq()
+        return oldest is None or oldest > seq
+
     def _run(self) -> None:
         while not self._stopping.is_set():
-            self._drain(block=True)
-            if (self._pending or len(self.spool)) and self._linger_s > 0:
+            if not len(self.spool):
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            if len(self.spool) < self._batch_size and self._linger_s > 0 and not self._urgent.is_set():
                 self._urgent.wait(self._linger_s)  # let a batch build up: one round trip for many records
-                self._urgent.clear()
-                self._drain(block=False)
-            if self._pending and not len(self.spool):
-                self._send_direct()
-            self._spool_pending()
+            self._urgent.clear()
             while len(self.spool) and not self._stopping.is_set():
-                if not self._send_spooled():
+                if not self._send_batch():
                     self.send_failures += 1
                     self._stopping.wait(self._retry_backoff_s)
-                self._drain(block=False)
-                self._spool_pending()
-                self._release_markers()
-            self._release_markers()
-        self._drain(block=False)
-        self._spool_pending()  # whatever was not delivered is at least on disk
+                    break
 
-    def _release_markers(self) -> None:
-        """Wake flushers whose records have all been delivered."""
-        oldest = self.spool.oldest_seq()
-        still: list[tuple[int, threading.Event]] = []
-        for last, event in self._markers:
-            if oldest is None or oldest > last:
-                event.set()
-            else:
-                still.append((last, event))
-        self._markers = still
-
-    def _drain(self, *, block: bool) -> None:
-        """Move queued records to `_pending`, encoded (waiting up to 0.5 s for the first if `block`)."""
-        try:
-            item = self._queue.get(timeout=0.5) if block else self._queue.get_nowait()
-        except queue.Empty:
-            return
-        while True:
-            if isinstance(item, threading.Event):
-                self._spool_pending()  # a flush waits for everything before it: track it by spool position
-                self._markers.append((self.spool.next_seq - 1, item))
-            elif item is not None:
-                self._encode(item)
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return
-
-    def _encode(self, record: Record) -> None:
-        try:
-            value = self._codec.encode(record)
-            topic, key = self.topics.for_record(record), key_for(record)
-        except Exception:  # a record we cannot encode would block the queue forever
-            log.exception("dropping unencodable record %r", type(record).__name__)
-            return
-        self._pending.append(Entry(seq=-1, topic=topic, key=key, value=value,
-                                   low_value=tag_of(record) in LOW_VALUE_TAGS))
-
-    def _spool_pending(self) -> None:
-        for e in self._pending:
-            self.spool.append(e.topic, e.key, e.value, low_value=e.low_value)
-        self._pending = []
-
-    def _send_direct(self) -> None:
-        """The fast path while the broker is healthy and nothing waits on disk: skip the spool."""
-        if self._produce(self._pending) == len(self._pending):
-            self.sent += len(self._pending)
-            self._pending = []
-        # else: all of them are spooled next (a partial success is resent: at-least-once, in order)
-
-    def _send_spooled(self) -> bool:
+    def _send_batch(self) -> bool:
         entries = self.spool.peek(self._batch_size)
+        if not entries:
+            return True
+        self.resent += sum(1 for e in entries if e.seq <= self._attempted)
+        self.spool.mark_sent([e.seq for e in entries])
+        self._attempted = max(self._attempted, entries[-1].seq)
         delivered = self._produce(entries)
         self.spool.remove([e.seq for e in entries[:delivered]])
         self.sent += delivered
+        with self._delivered:
+            self._delivered.notify_all()
         return delivered == len(entries)
 
     def _produce(self, entries: list[Entry]) -> int:
         """Send in order and wait for the acks; returns how many, from the start, were acknowledged."""
-        if not entries:
-            return 0
         try:
             producer = self._ensure_producer()
             futures = [producer.send(e.topic, key=e.key, value=e.value) for e in entries]
             producer.flush(timeout=self._send_timeout_s)
         except KafkaError as exc:
-            log.warning("broker %s unreachable (%s); %d records spooled", self.servers, exc,
-                        len(self.spool) + len(self._pending))
+            log.warning("broker %s unreachable (%s); %d records spooled", self.servers, exc, len(self.spool))
             return 0
         done = 0
         for future in futures:

@@ -31,6 +31,9 @@ class CollectorSettings(BaseModel):
     log_interval_s: float = Field(1.0, gt=0)
     spool_dir: Path = Path(".trainguard/spool")
     spool_max_mb: float = Field(256.0, gt=0)
+    spool_sync: str = Field("process", pattern="^(process|always)$",
+                            description="write-ahead durability: 'process' survives a killed collector, "
+                            "'always' also a power cut (an fsync per record)")
     gpu: bool = Field(True, description="enable the NVML collector")
     rdma: bool = Field(True, description="enable the RDMA sysfs collector")
     kernel_log: bool = Field(True, description="follow /dev/kmsg for XID/driver lines")

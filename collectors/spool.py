@@ -1,25 +1,40 @@
-"""A bounded, ordered, on-disk buffer of encoded records waiting for the broker.
+"""The publisher's write-ahead log: a bounded, ordered SQLite (WAL) queue on disk.
 
-Every record the publisher accepts is written here first and removed only
-once Kafka has acknowledged it, so neither a broker outage nor a collector
-restart loses it. One file per record, named by a sequence number, keeps the
-format trivially crash-safe (write to a temp name, then rename) and makes
-"send in order" a sorted directory listing.
+Every record the publisher accepts is appended here *before* `publish()`
+returns and deleted only once Kafka has acknowledged it, so neither a broker
+outage nor a killed collector loses it. SQLite in WAL mode gives what a
+hand-written segment format would have to re-invent: an append is one
+B-tree insert at the right edge (O(log n), effectively O(1)), a committed
+row survives the process being killed, and `sync="always"` adds an fsync
+per append for surviving a power cut (its cost is in benchmarks/bench_hook.py).
 
 When the spool would exceed its size bound, the oldest *low-value* records
 (GPU/RDMA samples, heartbeats: the next one supersedes them) are dropped
-first; only if none is left are the oldest other records dropped. Both are
-counted, so the loss is reported rather than silent.
+first, through an index on (low_value, seq), so making room is O(log n) per
+dropped row; only if none is left are the oldest other records dropped.
+Both are counted, so a loss is reported rather than silent.
+
+Rows handed to the broker are marked `sent` first (one UPDATE per batch): a
+collector killed before the acknowledgement resends them on restart, and
+`possible_duplicates` counts exactly those (at-least-once, with a bound).
 """
 
 from __future__ import annotations
 
-import os
+import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 LOW_VALUE_TAGS = frozenset({"gpu_sample", "rdma_sample", "heartbeat"})
+SYNC_MODES = {"process": "NORMAL", "always": "FULL"}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spool (
+  seq INTEGER PRIMARY KEY, topic TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL,
+  low INTEGER NOT NULL, size INTEGER NOT NULL, sent INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS spool_low ON spool (low, seq);
+"""
 
 
 @dataclass(frozen=True)
@@ -34,22 +49,33 @@ class Entry:
 
 
 class Spool:
-    """Thread-safe FIFO of `Entry`s persisted under `directory`, at most `max_bytes`."""
+    """Thread-safe durable FIFO of `Entry`s in `directory/spool.sqlite`, at most `max_bytes`.
 
-    def __init__(self, directory: Path, *, max_bytes: int) -> None:
+    `sync`: "process" (a committed append survives the process being killed;
+    the OS writes it out) or "always" (fsync per append: survives a power cut).
+    """
+
+    def __init__(self, directory: Path, *, max_bytes: int, sync: str = "process") -> None:
+        if sync not in SYNC_MODES:
+            raise ValueError(f"spool sync must be one of {sorted(SYNC_MODES)}, got {sync!r}")
         self.directory = directory
         self.max_bytes = max_bytes
         self.dropped_low = 0
         self.dropped_other = 0
-        self._lock = threading.Lock()
-        self._index: dict[int, tuple[int, bool]] = {}  # seq -> (size, low_value), oldest first
-        self._bytes = 0
         directory.mkdir(parents=True, exist_ok=True)
-        self._recover()
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(directory / "spool.sqlite"), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={SYNC_MODES[sync]}")
+        self._db.executescript(_SCHEMA)
+        count, size, last, sent = self._db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(MAX(seq), -1), COALESCE(SUM(sent), 0) FROM spool"
+        ).fetchone()
+        self._count, self._bytes, self._next_seq = int(count), int(size), int(last) + 1
+        self.possible_duplicates = int(sent)  # handed to the broker by a previous run, never acknowledged
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._index)
+        return self._count
 
     @property
     def size_bytes(self) -> int:
@@ -64,77 +90,68 @@ class Spool:
     def oldest_seq(self) -> int | None:
         """The sequence number of the oldest entry held, None when empty."""
         with self._lock:
-            return next(iter(self._index), None)
+            row = self._db.execute("SELECT MIN(seq) FROM spool").fetchone()
+        return None if row[0] is None else int(row[0])
 
     def append(self, topic: str, key: bytes, value: bytes, *, low_value: bool) -> int:
-        """Persist one record; returns its sequence number. May evict older entries."""
-        data = f"{topic}\t{key.hex()}\n".encode() + value
+        """Persist one record (committed when this returns); returns its sequence number."""
+        size = len(topic) + len(key) + len(value)
         with self._lock:
             seq = self._next_seq
             self._next_seq += 1
-            self._make_room(len(data))
-            tmp = self.directory / f".{seq}.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, self._path(seq, low_value))
-            self._index[seq] = (len(data), low_value)
-            self._bytes += len(data)
+            if self._bytes + size > self.max_bytes:
+                self._make_room(size)
+            self._db.execute("INSERT INTO spool (seq, topic, key, value, low, size) VALUES (?,?,?,?,?,?)",
+                             (seq, topic, key, value, int(low_value), size))
+            self._count += 1
+            self._bytes += size
         return seq
 
     def peek(self, limit: int) -> list[Entry]:
         """The oldest `limit` entries, in order, without removing them."""
         with self._lock:
-            seqs = [(s, low) for s, (_, low) in zip(self._index, self._index.values())][:limit]
-        out: list[Entry] = []
-        for seq, low in seqs:
-            try:
-                raw = self._path(seq, low).read_bytes()
-            except FileNotFoundError:
-                continue  # evicted meanwhile
-            header, _, value = raw.partition(b"\n")
-            topic, _, key_hex = header.decode().partition("\t")
-            out.append(Entry(seq=seq, topic=topic, key=bytes.fromhex(key_hex), value=value, low_value=low))
-        return out
+            rows = self._db.execute("SELECT seq, topic, key, value, low FROM spool ORDER BY seq LIMIT ?",
+                                    (limit,)).fetchall()
+        return [Entry(seq=s, topic=t, key=bytes(k), value=bytes(v), low_value=bool(low)) for s, t, k, v, low in rows]
+
+    def mark_sent(self, seqs: list[int]) -> None:
+        """Note that these rows were handed to the broker (a restart may resend them)."""
+        if seqs:
+            with self._lock:
+                self._db.execute("UPDATE spool SET sent=1 WHERE seq BETWEEN ? AND ?", (min(seqs), max(seqs)))
 
     def remove(self, seqs: list[int]) -> None:
         """Forget entries (they were delivered)."""
+        if not seqs:
+            return
         with self._lock:
-            for seq in seqs:
-                self._forget(seq)
+            self._db.execute("BEGIN")
+            found = self._db.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM spool WHERE seq IN ({','.join('?' * len(seqs))})",
+                seqs).fetchone()
+            self._db.executemany("DELETE FROM spool WHERE seq=?", [(s,) for s in seqs])
+            self._db.execute("COMMIT")
+            self._count -= int(found[0])
+            self._bytes -= int(found[1])
+
+    def close(self) -> None:
+        """Close the database (what it holds stays for the next run)."""
+        with self._lock:
+            self._db.close()
 
     # ----------------------------------------------------------- internals
 
-    def _path(self, seq: int, low_value: bool) -> Path:
-        return self.directory / f"{seq:020d}.{'l' if low_value else 'h'}"
-
-    def _forget(self, seq: int) -> None:
-        found = self._index.pop(seq, None)
-        if found is None:
-            return
-        size, low = found
-        self._bytes -= size
-        self._path(seq, low).unlink(missing_ok=True)
-
     def _make_room(self, incoming: int) -> None:
-        for low_only in (True, False):
-            for seq in [s for s, (_, low) in self._index.items() if low or not low_only]:
-                if self._bytes + incoming <= self.max_bytes:
-                    return
-                self._forget(seq)
-                if low_only:
+        """Drop the oldest low-value rows, then the oldest others, until `incoming` fits."""
+        for low in (1, 0):
+            while self._bytes + incoming > self.max_bytes:
+                row = self._db.execute("SELECT seq, size FROM spool WHERE low=? ORDER BY seq LIMIT 1", (low,)).fetchone()
+                if row is None:
+                    break
+                self._db.execute("DELETE FROM spool WHERE seq=?", (row[0],))
+                self._count -= 1
+                self._bytes -= int(row[1])
+                if low:
                     self.dropped_low += 1
                 else:
                     self.dropped_other += 1
-
-    def _recover(self) -> None:
-        """Rebuild the index from files left by a previous run (a restart loses nothing)."""
-        for tmp in self.directory.glob(".*.tmp"):
-            tmp.unlink(missing_ok=True)  # a write that never completed was never acknowledged
-        found: list[tuple[int, bool, int]] = []
-        for path in self.directory.iterdir():
-            stem, _, kind = path.name.partition(".")
-            if stem.isdigit() and kind in ("l", "h"):
-                found.append((int(stem), kind == "l", path.stat().st_size))
-        for seq, low, size in sorted(found):
-            self._index[seq] = (size, low)
-            self._bytes += size
-        self._next_seq = (found and max(s for s, _, _ in found) + 1) or 0

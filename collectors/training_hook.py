@@ -170,6 +170,10 @@ class TrainingMonitor:
             self._set_phase("training")
             self._last_t = time.perf_counter()
 
+    def publish(self, record: Record) -> None:
+        """Send any record through the monitor's publisher (the checkpoint manager announces its tiers here)."""
+        self._sink.publish(record)
+
     def checkpoint_saved(self, step: int, path: str | Path, *, status: str = "saved") -> None:
         """Announce a checkpoint so recovery knows where it can restart from."""
         self._sink.publish(CheckpointEvent(ts=self._clock(), job=self.job, step=step, path=str(path),
@@ -245,7 +249,8 @@ class TrainingMonitor:
                          topics=Topics(self.env.get("TRAINGUARD_TOPICS__PREFIX", "tg.")),
                          spool_dir=base / f"hook-{self.job}-{self.where.rank}",
                          linger_s=1.0,  # one produce round trip per second keeps the CPU cost < 1%
-                         client_id=f"trainguard-hook-{self.job}-{self.where.rank}")
+                         client_id=f"trainguard-hook-{self.job}-{self.where.rank}",
+                         sync=self.env.get("TRAINGUARD_COLLECTORS__SPOOL_SYNC", "process"))
 
 
 def monitor(job: str, **kwargs: Any) -> TrainingMonitor:

@@ -40,6 +40,17 @@ def _scope(anomaly: Anomaly) -> str:
 SYMPTOMS = frozenset({"hang", "slowdown"})
 
 
+def incident_id(anomaly: Anomaly) -> str:
+    """Deterministic: job, kind, scope and onset. The same fault seen again after a
+    restart or a redelivery gets the same id, so the action journal's dedup holds.
+
+    >>> a = Anomaly(ts=9.0, id="x", kind="nan", detector="nan", onset=5.0, job="j")
+    >>> incident_id(a) == incident_id(Anomaly(ts=12.0, id="y", kind="nan", detector="nan", onset=5.0, job="j"))
+    True
+    """
+    return anomaly_id("incident", anomaly.job, anomaly.kind, _scope(anomaly), f"{anomaly.onset:.3f}")
+
+
 @dataclass
 class _Open:
     incident: Incident
@@ -86,7 +97,7 @@ class IncidentCorrelator:
             return []
         incident = Incident(
             ts=anomaly.ts,
-            id=anomaly_id("incident", anomaly.job, anomaly.kind, anomaly.id),
+            id=incident_id(anomaly),
             kind=anomaly.kind,
             job=anomaly.job,
             onset=anomaly.onset,

@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from detectors.base import Detector
-from detectors.common import Bounded, Rolling, finding
+from detectors.common import Bounded, Rolling, finding, rank_map
 from detectors.stacks import is_background_thread, is_observer_thread, outliers, signature
 from schemas.records import (
     Anomaly, CheckpointEvent, Heartbeat, JobTopology, LogEvent, NodeGpuSample, PhaseChange, RdmaSample, Record,
@@ -65,10 +65,10 @@ class _Job:
         self.paused_by: int | None = None  # the rank that announced a pause
         self.alive_ts = ts
         self.fired = False
-        self.rank_step: dict[int, int] = {}
-        self.rank_node: dict[int, str] = {}
-        self.rank_beat: dict[int, float] = {}
-        self.stacks: dict[int, tuple[float, tuple[str, ...]]] = {}
+        self.rank_step: Bounded[int, int] = rank_map()
+        self.rank_node: Bounded[int, str] = rank_map()
+        self.rank_beat: Bounded[int, float] = rank_map()
+        self.stacks: Bounded[int, tuple[float, tuple[str, ...]]] = rank_map()
         self.pause_ts = ts
         self.pause_phase = ""
         self.pauses: dict[str, Rolling] = {}  # pause kind -> durations of past confirmed pauses

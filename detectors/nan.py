@@ -24,7 +24,7 @@ import math
 from typing import Any
 
 from detectors.base import Detector, anomaly_id
-from detectors.common import Bounded, finite
+from detectors.common import Bounded, finite, rank_map
 from schemas.records import Anomaly, Record, TrainingStep, as_float
 
 
@@ -90,16 +90,16 @@ class NanDetector(Detector):
         self.skew_s = skew_s
         self._window = settle_s + 2 * skew_s
         self._open: Bounded[str, tuple[int, int, int]] = Bounded(max_jobs)  # job -> reported (attempt, step, rank)
-        self._pending: dict[str, _First] = {}
-        self._world: Bounded[str, set[int]] = Bounded(max_jobs)  # job -> ranks seen reporting steps
+        self._pending: Bounded[str, _First] = Bounded(max_jobs)
+        self._world: Bounded[str, Bounded[int, None]] = Bounded(max_jobs)  # job -> ranks seen reporting steps
 
     def observe(self, record: Record) -> list[Anomaly]:
         if not isinstance(record, TrainingStep):
             return []
         ranks = self._world.get(record.job)
         if ranks is None:
-            self._world[record.job] = ranks = set()
-        ranks.add(record.rank)
+            self._world[record.job] = ranks = rank_map()
+        ranks[record.rank] = None
         if self._pending:  # any job's steps move event time on: report what has settled
             due = self._due(record)
             if due:

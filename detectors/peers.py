@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from detectors.common import Bounded, median
+from detectors.common import Bounded, median, rank_map
 from schemas.records import NodeGpuSample, TrainingStep
 
 SLOW_THROTTLE_BITS = 0x08 | 0x20 | 0x40 | 0x80
@@ -43,8 +43,8 @@ class _Peers:
         self.step = step
         self.attempt = attempt
         self.stages: dict[int, tuple[list[float], list[int]]] = {}  # pp stage -> (values, ranks) this step
-        self.node_of: dict[int, str] = {}
-        self.flags: dict[int, deque[int]] = {}
+        self.node_of: Bounded[int, str] = rank_map()
+        self.flags: Bounded[int, deque[int]] = rank_map()
         self.finalized = -1
 
     def __getstate__(self) -> tuple[Any, ...]:

@@ -6,6 +6,12 @@ newest event time seen and ticks time-based detectors as event time moves,
 at most once per `tick_every_s` of event time, so a hang fires even though
 the hung job itself sends nothing.
 
+Offline (backtest) the file is in event-time order, so the newest record
+is the time. Live, records of several partitions interleave and one may be
+far ahead of another; the worker then sets `time_limit` to its guarded
+watermark (streams.watermark) so that no record moves time past what every
+partition has reached, and calls `advance` as that watermark moves.
+
 It also joins nodes to jobs. A node agent started by a DaemonSet does not
 know which job runs on its machine, so its GPU, RDMA and log records come
 with `job=""`. The pipeline learns each node's current job from the job's
@@ -59,17 +65,25 @@ class NodeJobIndex:
 
     def __init__(self) -> None:
         self.jobs: dict[str, str] = {}
+        self.changes: list[tuple[str, str]] = []  # (node, job) learned since the owner last drained them
 
     def learn(self, record: Record) -> None:
         """Update the index from a record that names job and node(s)."""
         if isinstance(record, JobTopology):
             for node in record.rank_nodes.values():
-                if node:
+                if node and self.jobs.get(node) != record.job:
                     self.jobs[node] = record.job
+                    self.changes.append((node, record.job))
             return
         node, job = getattr(record, "node", ""), getattr(record, "job", "")
         if node and job and self.jobs.get(node) != job:
             self.jobs[node] = job
+            self.changes.append((node, job))
+
+    def drain(self) -> list[tuple[str, str]]:
+        """The changes since the last call (the worker shares them with the other workers)."""
+        changes, self.changes = self.changes, []
+        return changes
 
     def job_of(self, node: str) -> str:
         """The node's current job, or "" when it runs none we know of."""
@@ -95,6 +109,7 @@ class DetectionPipeline:
         self.correlator = correlator or IncidentCorrelator()
         self.tick_every_s = tick_every_s
         self.watermark = float("-inf")
+        self.time_limit = float("inf")  # the worker's guarded watermark; unbounded offline
         self._last_tick = float("-inf")
         self._routes: dict[str, list[Detector]] = defaultdict(list)
         for det in self.detectors:
@@ -117,7 +132,7 @@ class DetectionPipeline:
         anomalies: list[Anomaly] = []
         ts = record.ts
         if ts > self.watermark:
-            self.watermark = ts
+            self.watermark = ts if ts < self.time_limit else max(self.watermark, self.time_limit)
         cls = record.__class__
         if cls in self._learns:
             self.nodes.learn(record)

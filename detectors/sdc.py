@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from detectors.base import Detector
-from detectors.common import Bounded, finding, finite
+from detectors.common import Bounded, finding, finite, rank_map
 from schemas.records import Anomaly, JobTopology, Record, TrainingStep
 
 Group = tuple[int, int, int]  # (step, tp, pp)
@@ -51,8 +51,8 @@ class _Job:
         self.attempt = attempt
         self.dp = 0  # from topology; 0 = unknown
         self.max_step = -1
-        self.pending: dict[Group, _Votes] = {}
-        self.expected: dict[tuple[int, int], int] = {}
+        self.pending: Bounded[Group, _Votes] = rank_map()
+        self.expected: Bounded[tuple[int, int], int] = rank_map()
         self.fired: frozenset[int] = frozenset()  # odd ranks already reported in this episode
         self.clean = 0  # groups decided in agreement since the last report
         self.nan_steps: dict[int, tuple[int, int, str]] = {}  # attempt -> (step, rank, node)

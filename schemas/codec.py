@@ -27,6 +27,7 @@ from schemas.records import (
     JobTopology,
     LogEvent,
     NodeGpuSample,
+    OperatorCommand,
     PhaseChange,
     RdmaSample,
     Record,
@@ -50,6 +51,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     ActionCommand,
     ActionResult,
     AuditEntry,
+    OperatorCommand,
     DeadLetter,
 )
 AnyRecord = Union[RECORD_TYPES]  # type: ignore[valid-type]

@@ -210,14 +210,25 @@ class PhaseChange(Record, tag="phase", frozen=True):
 
 
 class CheckpointEvent(Record, tag="checkpoint", frozen=True):
-    """A checkpoint announcement; `status` moves started -> saved (or failed)."""
+    """A checkpoint announcement; `status` moves started -> saved (or failed).
+
+    A job's own checkpoint leaves `tier` empty. trainguard's checkpoint manager
+    announces every copy it completes, one per rank and tier ("memory" = the
+    rank's own CPU memory, "peer" = a backup in another machine's memory,
+    "disk" = local disk, "durable" = the shared store), with its `checksum`,
+    and `restored` when a rank has loaded a step from a tier.
+    """
 
     job: str
     step: int
     path: str
-    status: Literal["started", "saved", "failed", "invalid"] = "saved"
+    status: Literal["started", "saved", "failed", "invalid", "restored"] = "saved"
     rank: int = 0
     code_version: str = ""
+    tier: Literal["", "memory", "peer", "disk", "durable"] = ""
+    checksum: str = ""
+    world_size: int = 0  # ranks whose shards make the step complete (0: unknown)
+    node: str = ""  # the machine holding this copy
 
 
 class LogEvent(Record, tag="log", frozen=True):
@@ -382,8 +393,35 @@ class AuditEntry(Record, tag="audit", frozen=True):
     actor: str = ""
 
 
+OperatorVerb = Literal["approve", "reject", "reset_breaker", "return_node"]
+
+
+class OperatorCommand(Record, tag="operator_command", frozen=True):
+    """A human's instruction to the action consumer, sent by the console.
+
+    `operator` is the identity the console authenticated (token name, basic-auth
+    user or the OIDC ingress's header); `subject_id` is the decision (approve,
+    reject) or node (return_node) it concerns. `report` carries the passing
+    self-check report a node return must show. The action consumer applies it
+    (`actions.operator`) and audits it under the operator's name.
+    """
+
+    id: str
+    verb: OperatorVerb
+    operator: str
+    subject_id: str = ""
+    reason: str = ""
+    report: dict[str, Any] = {}
+
+
 class DeadLetter(Record, tag="dead_letter", frozen=True):
-    """A message that could not be decoded, kept whole with the reason."""
+    """A message that could not be used, with the reason.
+
+    The original is kept whole up to a size that always fits a Kafka
+    message; a bigger one is cut (`truncated`), and `original_size`,
+    `sha256` and (`source_topic`, `partition`, `offset`) say what and where
+    the original is.
+    """
 
     source_topic: str
     reason: str
@@ -391,3 +429,6 @@ class DeadLetter(Record, tag="dead_letter", frozen=True):
     partition: int = -1
     offset: int = -1
     key_b64: str = ""
+    original_size: int = -1
+    truncated: bool = False
+    sha256: str = ""

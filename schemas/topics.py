@@ -27,9 +27,21 @@ TOPIC_RECORDS: dict[str, tuple[str, ...]] = {
     "actions": ("action_command",),
     "action-results": ("action_result",),
     "audit": ("audit",),
+    "operator": ("operator_command",),
     "dead-letter": ("dead_letter",),
 }
 TOPIC_OF_TAG: dict[str, str] = {tag: topic for topic, tags in TOPIC_RECORDS.items() for tag in tags}
+# The worker's own topics. `node-events` is the repartition topic: node records sent without
+# a job, re-keyed by their node's job so they meet the job's training events on one partition.
+# `node-jobs` (compacted, node -> job) and `worker-state` (compacted detector snapshots) hold
+# no records.
+INTERNAL_RECORDS: dict[str, tuple[str, ...]] = {"node-events": ("gpu_sample", "rdma_sample", "log")}
+STATE_TOPICS: tuple[str, ...] = ("node-events", "node-jobs", "worker-state")
+TOPIC_CONFIGS: dict[str, dict[str, str]] = {"worker-state": {"cleanup.policy": "compact"},
+                                            "node-jobs": {"cleanup.policy": "compact"}}
+# Node records: keyed by their job when they carry one (co-partitioned with the job's training
+# events); a DaemonSet agent's jobless ones by node, and the worker repartitions them.
+NODE_TOPICS: tuple[str, ...] = ("gpu", "rdma", "logs")
 INPUT_TOPICS: tuple[str, ...] = ("training", "checkpoints", "gpu", "rdma", "logs")
 
 
@@ -45,8 +57,8 @@ class Topics:
 
     def name(self, logical: str) -> str:
         """The physical name of a logical topic."""
-        if logical not in TOPIC_RECORDS:
-            raise KeyError(f"unknown topic {logical!r}; known: {', '.join(TOPIC_RECORDS)}")
+        if logical not in TOPIC_RECORDS and logical not in STATE_TOPICS:
+            raise KeyError(f"unknown topic {logical!r}; known: {', '.join((*TOPIC_RECORDS, *STATE_TOPICS))}")
         return self.prefix + logical
 
     def for_record(self, record: Record) -> str:
@@ -55,7 +67,11 @@ class Topics:
 
     def all(self) -> list[str]:
         """Every physical topic name."""
-        return [self.prefix + t for t in TOPIC_RECORDS]
+        return [self.prefix + t for t in (*TOPIC_RECORDS, *STATE_TOPICS)]
+
+    def configs(self) -> dict[str, dict[str, str]]:
+        """Topic-level settings by physical name (the changelog is compacted)."""
+        return {self.prefix + t: c for t, c in TOPIC_CONFIGS.items()}
 
     def logical(self, physical: str) -> str:
         """Inverse of `name`: strip the prefix."""
@@ -68,13 +84,14 @@ def tag_of(record: Record) -> str:
 
 
 def key_for(record: Record) -> bytes:
-    """The Kafka key: the job for job-scoped records, else the node.
+    """The Kafka key: the job whenever the record names one, else the node.
 
-    One job's training events land on one partition (ordered); one node's
-    hardware samples likewise.
+    All of a job's evidence (steps, heartbeats, its nodes' GPU, RDMA and log
+    records) lands on one partition number of every input topic, so one
+    worker sees all of it (co-partitioning). A record with no job is keyed
+    by its node, in order per node; the worker re-keys it by the node's job.
     """
     job = getattr(record, "job", "")
-    if TOPIC_OF_TAG[tag_of(record)] in ("training", "checkpoints") or (job and not hasattr(record, "node")):
+    if job or TOPIC_OF_TAG[tag_of(record)] in ("training", "checkpoints"):
         return job.encode()
-    node = getattr(record, "node", "")
-    return (node or job).encode()
+    return str(getattr(record, "node", "")).encode()

@@ -1,173 +1,204 @@
-"""The action consumer's Kafka edge: incidents in; decisions, commands, audit out.
+"""What `trainguard act` does with each record, apart from how records arrive.
 
-It follows checkpoint announcements (what to restore), the training topic
-(job topologies, and steps for ETTR), agents' results (audited, including
-rejections of forged commands) and the incidents. For each incident it asks
-the pure `DecisionEngine` for a plan and the `PlanRunner` to journal it; the
-incident's offset is committed only once its decision is journaled, then
-the plan runs. A redelivered incident finds its decision in the journal and
-causes no second action; a restarted consumer first resumes the journal's
-unfinished plans.
+The Faust app (`streams.act_app`) feeds records here; this class decides,
+journals and executes. Three rules keep it durable and fast:
+
+* State first, offsets after: a checkpoint or topology is journaled
+  (`JobKnowledge`) and an incident's decision is journaled (`PlanRunner.admit`)
+  inside `observe` / `decide`, i.e. before the agent returns and Faust may
+  commit the record's offset. A restarted `act` rebuilds from the journal.
+* Decide at once, execute aside: `decide` is a few dictionary lookups and one
+  journal write; the plan (whose steps wait seconds to minutes for agents)
+  runs on a thread pool, one plan at a time per job, so one job's slow
+  eviction never delays another job's first command.
+* Nothing is re-read: per-job knowledge is kept incrementally.
+
+Operator commands from the console (`operator` topic) are applied by the
+pure `actions.operator` under the runner's lock and audited under the
+operator's name; the rails' state (breaker, standby pool, evicted nodes) is
+published as a `rails_state` audit entry whenever it changes, for the
+console to show.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
 
-from kafka import KafkaConsumer, KafkaProducer
-from kafka.structs import OffsetAndMetadata, TopicPartition
-
-from actions.checkpoints import CheckpointRegistry
 from actions.engine import DecisionEngine
 from actions.ettr import EttrAccount
+from actions.knowledge import JobKnowledge
+from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command
 from actions.runner import PlanRunner
-from schemas.codec import Codec, DecodeError
-from schemas.records import (ActionResult, AuditEntry, CheckpointEvent, Decision, Incident, JobTopology, Record,
-                             TrainingStep)
-from schemas.topics import Topics, key_for
+from detectors.common import Bounded, bounded_evictions
+from schemas.records import (ActionResult, AuditEntry, CheckpointEvent, Decision, Incident, JobTopology,
+                             OperatorCommand, Record, TrainingStep)
 from streams.action_metrics import ActionMetrics
 
+log = logging.getLogger(__name__)
 OnDecision = Callable[[Incident, Decision], None]
-_FOLLOWED = ("checkpoints", "training")
+Publish = Callable[[Record], None]
 
 
-@dataclass
-class ActionLoop:
-    """Consume, decide, journal, commit, execute; call `on_decision` for each."""
+class ActCore:
+    """Observe state, decide on incidents, run plans; thread-safe where the app needs it."""
 
-    servers: str
-    topics: Topics
-    engine: DecisionEngine
-    checkpoints: CheckpointRegistry
-    runner: PlanRunner | None = None
-    group_id: str = "trainguard-actions"
-    codec: Codec = field(default_factory=Codec)
-    ettr: EttrAccount = field(default_factory=EttrAccount)
-    metrics: ActionMetrics = field(default_factory=ActionMetrics)
-    _producer: Any = None
+    def __init__(self, *, engine: DecisionEngine, runner: PlanRunner, knowledge: JobKnowledge, publish: Publish,
+                 metrics: ActionMetrics | None = None, ettr: EttrAccount | None = None,
+                 on_decision: OnDecision | None = None, plan_workers: int = 4, max_jobs: int = 4096,
+                 operator_max_age_s: float = DEFAULT_MAX_AGE_S) -> None:
+        self.engine = engine
+        self.runner = runner
+        self.knowledge = knowledge
+        self.publish = publish
+        self.metrics = metrics or ActionMetrics()
+        self.ettr = ettr or EttrAccount()
+        self.on_decision = on_decision or (lambda _i, _d: None)
+        self.decided = 0
+        self._pool = ThreadPoolExecutor(max_workers=plan_workers, thread_name_prefix="act-plan")
+        self._lock = threading.Lock()  # ettr and the bookkeeping below, shared with plan threads
+        self._job_locks: Bounded[str, threading.Lock] = Bounded(max_jobs)
+        self._running: dict[str, Future[Decision]] = {}  # decision id -> its plan
+        self.operator_max_age_s = operator_max_age_s
+        self._rails_shown: dict[str, object] | None = None
 
-    def publish(self, record: Record) -> None:
-        """Send one record to its topic (audit entries key by job or subject)."""
-        key = key_for(record) if not isinstance(record, AuditEntry) else str(record.detail.get("job", "")).encode()
-        self._producer.send(self.topics.for_record(record), key=key or None, value=self.codec.encode(record))
+    # ------------------------------------------------------------ records
 
-    def run(self, on_decision: OnDecision, *, max_incidents: int | None = None, timeout_s: float | None = None) -> int:
-        """Process until `max_incidents` decisions or `timeout_s`; return the count."""
-        consumer = KafkaConsumer(*(self.topics.name(t) for t in (*_FOLLOWED, "action-results", "incidents")),
-                                 bootstrap_servers=self.servers, group_id=self.group_id,
-                                 enable_auto_commit=False, auto_offset_reset="earliest")
-        self._producer = KafkaProducer(bootstrap_servers=self.servers, acks="all", linger_ms=5)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        incidents = self.topics.name("incidents")
-        done = 0
-        try:
-            self._resume()
-            while (max_incidents is None or done < max_incidents) and (deadline is None or time.monotonic() < deadline):
-                polled = consumer.poll(timeout_ms=500)
-                if any(tp.topic == incidents for tp in polled):
-                    polled = self._with_state_caught_up(consumer, polled)
-                for tp, messages in sorted(polled.items(), key=lambda kv: kv[0].topic == incidents):
-                    for msg in messages:
-                        done += self._handle(msg.value, on_decision, consumer, tp, msg.offset)
-                if polled:
-                    self._producer.flush()
-                    consumer.commit()
-                self._resume()  # decisions approved by an operator since the last poll
-        finally:
-            self._producer.flush()
-            self._producer.close()
-            consumer.close()
-        return done
-
-    def _with_state_caught_up(self, consumer: KafkaConsumer, polled: dict) -> dict:  # type: ignore[type-arg]
-        """Read every checkpoint and topology published so far before deciding.
-
-        An incident asks "which checkpoint precedes the onset?" and "which
-        group contains the suspects?"; answering from a half-read topic
-        would restore too far back or evict the wrong group.
-        """
-        names = {self.topics.name(t) for t in _FOLLOWED}
-        parts = [tp for tp in consumer.assignment() if tp.topic in names]
-        others = [tp for tp in consumer.assignment() if tp.topic not in names]
-        if not parts:
-            return polled
-        ends = consumer.end_offsets(parts)
-        merged = {tp: list(msgs) for tp, msgs in polled.items()}
-        consumer.pause(*others)
-        try:
-            for _ in range(100):
-                if all(consumer.position(tp) >= ends[tp] for tp in parts):
-                    break
-                for tp, msgs in consumer.poll(timeout_ms=200).items():
-                    merged.setdefault(tp, []).extend(msgs)
-        finally:
-            consumer.resume(*others)
-        return merged
-
-    def _handle(self, value: bytes, on_decision: OnDecision, consumer: KafkaConsumer, tp: TopicPartition,
-                offset: int) -> int:
-        try:
-            record = self.codec.decode(value)
-        except DecodeError:
-            return 0  # the worker dead-letters malformed input; here we only skip it
+    def observe(self, record: Record) -> None:
+        """Apply one state record (checkpoint, topology, step, agent result); journaled before return."""
         if isinstance(record, CheckpointEvent):
-            self.checkpoints.observe(record)
+            self.knowledge.observe_checkpoint(record)
         elif isinstance(record, JobTopology):
-            self.engine.observe_topology(record)
+            self.knowledge.observe_topology(record)
         elif isinstance(record, TrainingStep):
-            self.ettr.observe(record)
+            with self._lock:
+                self.ettr.observe(record)
         elif isinstance(record, ActionResult):
-            self.ettr.observe(record)
+            with self._lock:
+                self.ettr.observe(record)
             self.publish(AuditEntry(ts=record.ts, event="action_result", subject_id=record.command_id,
                                     actor=record.node or "agent",
                                     detail={"job": record.job, "action": record.action, "status": record.status,
                                             "message": record.message}))
-        elif isinstance(record, Incident):
-            return self._incident(record, on_decision, consumer, tp, offset)
-        return 0
+        elif isinstance(record, OperatorCommand):
+            self.operate(record)
 
-    def _incident(self, incident: Incident, on_decision: OnDecision, consumer: KafkaConsumer, tp: TopicPartition,
-                  offset: int) -> int:
-        self.ettr.observe(incident)
+    # ------------------------------------------------------------ operators
+
+    def operate(self, command: OperatorCommand) -> None:
+        """Apply a console operator's command to the journaled rails and decision; audit it."""
+        runner = self.runner
+        with runner.lock:
+            runner._save_state()  # the journal's rails blob now mirrors the live rails exactly
+            decision = runner.journal.get(command.subject_id) if command.verb in ("approve", "reject") else None
+            out = apply_operator_command(command, rails=runner.journal.get_state("rails"), decision=decision,
+                                         now=time.time(), max_age_s=self.operator_max_age_s)
+            if out.applied:
+                runner.journal.put_state("rails", out.rails)
+                runner._load_state()
+                if out.decision is not None and out.decision is not decision:
+                    runner.journal.update_decision(out.decision)
+        self.publish(out.audit)
+        if out.applied and command.verb == "approve":
+            self.resume()  # the approved plan runs now, not at the next timer tick
+
+    def show_rails(self) -> None:
+        """Publish the breaker, standby pool and evicted nodes when they changed (the console's view)."""
+        runner = self.runner
+        with runner.lock:
+            rails = runner.rails
+            shown: dict[str, object] = {
+                "breaker": {"tripped": rails.breaker.tripped, "reason": rails.breaker.trip_reason},
+                "pool": rails.pool.snapshot(), "approval_kinds": list(rails.approval_kinds),
+                "evicted": {j: sorted(ns) for j, ns in runner.evicted.items()}}
+        if shown != self._rails_shown:
+            self._rails_shown = shown
+            self.publish(AuditEntry(ts=time.time(), event="rails_state", subject_id="rails",
+                                    actor="trainguard-act", detail=shown))
+
+    def decide(self, incident: Incident) -> Decision | None:
+        """Decide and journal (with the engine memory it changed); None for a redelivered incident.
+
+        The plan is handed to the pool: the caller may commit the incident's offset
+        as soon as this returns.
+        """
+        with self._lock:
+            self.ettr.observe(incident)
         decision = self.engine.decide(incident)
-        if self.runner is not None:
-            admitted = self.runner.admit(decision)
-            if admitted is None:  # redelivered: already decided, maybe already acted on
-                self._producer.flush()
-                return 0
-            decision = admitted
-        self.publish(decision)
-        self._producer.flush()
-        consumer.commit({tp: OffsetAndMetadata(offset + 1, "", -1)})  # journaled: safe to move on
-        self.metrics.decided(kind=decision.kind, rule=decision.rule, status=decision.status)
-        if self.runner is not None:
-            decision = self._execute(decision)
-        on_decision(incident, decision)
-        return 1
+        admitted = self.runner.admit(decision, self.knowledge.engine_state())
+        if admitted is None:
+            return None
+        self.publish(admitted)
+        self.decided += 1
+        self.metrics.decided(kind=admitted.kind, rule=admitted.rule, status=admitted.status)
+        if admitted.status == "planned" and not admitted.dry_run:
+            self._submit(admitted, incident)
+        else:
+            self.on_decision(incident, admitted)
+        return admitted
 
-    def _execute(self, decision: Decision) -> Decision:
-        assert self.runner is not None
-        final = self.runner.run(decision)
+    # ------------------------------------------------------------ plans
+
+    def resume(self) -> None:
+        """Run what the journal holds unfinished (after a restart, or an operator's approval)."""
+        self.runner.poll_operator()
+        for decision in self.runner.journal.unfinished():
+            self._submit(decision, None)
+
+    @property
+    def busy(self) -> bool:
+        """True while any plan is running."""
+        with self._lock:
+            return bool(self._running)
+
+    def close(self, wait: bool = True) -> None:
+        """Stop taking plans; by default let running ones finish (else they resume after a restart)."""
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+    def _submit(self, decision: Decision, incident: Incident | None) -> None:
+        with self._lock:
+            if decision.id in self._running:
+                return
+            self._running[decision.id] = self._pool.submit(self._execute, decision, incident)
+
+    def _execute(self, decision: Decision, incident: Incident | None) -> Decision:
+        try:
+            with self._job_lock(decision.job):  # one plan at a time per job, in decision order
+                final = self.runner.run(decision)
+            self._account(decision, final)
+            if incident is not None:
+                self.on_decision(incident, final)
+            return final
+        except Exception:
+            log.exception("plan of decision %s failed; it resumes from the journal on restart", decision.id)
+            raise
+        finally:
+            with self._lock:
+                self._running.pop(decision.id, None)
+
+    def _job_lock(self, job: str) -> threading.Lock:
+        with self._lock:
+            lock = self._job_locks.get(job)
+            if lock is None:
+                lock = self._job_locks[job] = threading.Lock()
+            return lock
+
+    def _account(self, decision: Decision, final: Decision) -> None:
         for result in self.runner.journal.steps(decision.id):
             self.metrics.acted(action=result.action, status=result.status)
         rails = self.runner.rails
         self.metrics.rails(breaker_tripped=rails.breaker.tripped, pool_size=rails.pool.size)
-        report = self.ettr.report(final.job)
+        with self._lock:
+            report = self.ettr.report(final.job)
         self.metrics.ettr(job=final.job, ettr=report.ettr, unproductive_s=report.unproductive_s)
+        self.metrics.evictions({"engine": bounded_evictions(self.engine) + self.engine.checkpoints.trimmed,
+                                "runner": self.runner.evicted.evicted + self.runner.attempts.evicted,
+                                "ettr": bounded_evictions(self.ettr)})
         if final.status != decision.status:
             self.publish(AuditEntry(ts=final.ts, event="incident_summary", subject_id=final.incident_id,
                                     actor="trainguard-act",
                                     detail={"job": final.job, "decision": final.id, "status": final.status,
                                             "rule": final.rule, "ettr": report.as_dict()}))
-        self._producer.flush()
-        return final
-
-    def _resume(self) -> None:
-        if self.runner is None:
-            return
-        self.runner.poll_operator()
-        for decision in self.runner.journal.unfinished():
-            self._execute(decision)

@@ -31,9 +31,16 @@ class ActionMetrics:
                                 registry=self.registry)
         self._ettr = Gauge("trainguard_job_ettr", "Effective training time ratio (productive / wall-clock)",
                            ["training_job"], registry=self.registry)
+        self._evicted = Gauge("trainguard_act_bounded_evictions", "Keys dropped by bounded per-job maps, by owner",
+                              ["owner"], registry=self.registry)
         self._unproductive = Gauge("trainguard_job_unproductive_seconds",
                                    "Unproductive time by cause: detection, localisation, failover, recompute",
                                    ["training_job", "category"], registry=self.registry)
+
+    def evictions(self, counts: dict[str, int]) -> None:
+        """Keys forgotten by act's bounded per-job maps, by owner (a bound that bites shows here)."""
+        for owner, count in counts.items():
+            self._evicted.labels(owner=owner).set(count)
 
     def ettr(self, *, job: str, ettr: float, unproductive_s: dict[str, float]) -> None:
         """A job's effective training time ratio and its unproductive time by cause."""

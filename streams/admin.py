@@ -40,5 +40,6 @@ def ensure_topics(broker: BrokerSettings | str, names: list[str], *, partitions:
 
 def ensure_configured_topics(settings: Settings, names: list[str] | None = None) -> list[str]:
     """`ensure_topics` with the configured servers, layout and (by default) every topic of the prefix."""
-    return ensure_topics(settings.broker, names or Topics(settings.topics.prefix).all(),
-                         partitions=settings.topics.partitions, replication=settings.topics.replication)
+    topics = Topics(settings.topics.prefix)
+    return ensure_topics(settings.broker, names or topics.all(), partitions=settings.topics.partitions,
+                         replication=settings.topics.replication, configs=topics.configs())

@@ -4,48 +4,44 @@ Commands go to `<prefix>actions` keyed by job, so one job's commands stay in
 order on one partition. Results are read from `<prefix>action-results` by a
 consumer that is positioned at the end *before* the first command is sent,
 so a fast agent's answer is never missed; results for other commands that
-arrive meanwhile are kept for their own `collect` call.
+arrive meanwhile are kept for their own `collect` call. Plans of several
+jobs run on threads at once, so the one results consumer is polled under a
+lock, briefly, by whichever thread is waiting.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-
+from detectors.common import Bounded
 from schemas.codec import Codec, DecodeError
 from schemas.records import ActionCommand, ActionResult
 from schemas.topics import Topics
+from streams import kafka_io
+from trainguard.settings import BrokerSettings
 
 
 class KafkaCommandBus:
     """`actions.executors.local.CommandBus` over Kafka."""
 
-    def __init__(self, *, servers: str, topics: Topics, codec: Codec | None = None) -> None:
+    def __init__(self, *, broker: BrokerSettings | str, topics: Topics, codec: Codec | None = None) -> None:
         self.topics = topics
         self.codec = codec or Codec()
-        self._producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=0)
-        self._consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+        settings = kafka_io.as_broker(broker)
+        # Reconnect fast after a broker outage (kafka-python backs off up to 30 s by default).
+        self._producer = kafka_io.producer(settings, linger_ms=0, reconnect_backoff_max_ms=500)
+        self._consumer = kafka_io.consumer(settings, reconnect_backoff_max_ms=500)
+        self._lock = threading.Lock()
         name = topics.name("action-results")
-        parts = [TopicPartition(name, p) for p in sorted(self._partitions(name))]
+        parts = kafka_io.partitions_for(self._consumer, name)
         self._consumer.assign(parts)
         self._consumer.seek_to_end(*parts)
         for tp in parts:  # resolve the end offsets now, before any command goes out
             self._consumer.position(tp)
-        self._pending: dict[str, list[ActionResult]] = {}
-
-    def _partitions(self, name: str, timeout_s: float = 30.0) -> set[int]:
-        """Every partition of the results topic. Guessing {0} while metadata is still
-        loading would miss every result keyed to another partition."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self._consumer.topics()  # refreshes the cluster metadata
-            found = self._consumer.partitions_for_topic(name)
-            if found:
-                return set(found)
-            if time.monotonic() >= deadline:
-                raise RuntimeError(f"topic {name} has no partitions (was it created?)")
-            time.sleep(0.2)
+        # Results of commands nobody waits for (another act's, a re-sent command's first answer)
+        # would pile up: the oldest are forgotten past the bound.
+        self._pending: Bounded[str, list[ActionResult]] = Bounded(10_000)
 
     def send(self, command: ActionCommand) -> None:
         """Publish one signed command, keyed by its job."""
@@ -55,15 +51,20 @@ class KafkaCommandBus:
     def collect(self, command_id: str, *, nodes: list[str], timeout_s: float) -> list[ActionResult]:
         """Results for `command_id` until every node answered (or one, if `nodes` is empty)."""
         deadline = time.monotonic() + timeout_s
-        while not self._complete(command_id, nodes) and time.monotonic() < deadline:
-            for messages in self._consumer.poll(timeout_ms=200).values():
-                for msg in messages:
-                    try:
-                        result = self.codec.decode(msg.value, ActionResult)
-                    except DecodeError:
-                        continue
-                    self._pending.setdefault(result.command_id, []).append(result)
-        return self._pending.pop(command_id, [])
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._complete(command_id, nodes):
+                    break
+                for messages in self._consumer.poll(timeout_ms=100).values():
+                    for msg in messages:
+                        try:
+                            result = self.codec.decode(msg.value, ActionResult)
+                        except DecodeError:
+                            continue
+                        self._pending[result.command_id] = [*self._pending.get(result.command_id, []), result]
+            time.sleep(0.001)  # let another waiting thread take the lock
+        with self._lock:
+            return self._pending.pop(command_id, [])
 
     def close(self) -> None:
         """Release the Kafka clients."""

@@ -78,7 +78,9 @@ def aio_producer(broker: BrokerSettings, *, transactional_id: str | None = None,
     config: dict[str, Any] = {"acks": "all", "linger_ms": 5, "max_request_size": MAX_REQUEST_BYTES,
                               "enable_idempotence": True}
     if transactional_id is not None:
-        config["transactional_id"] = transactional_id
+        # A killed worker's open transaction blocks its group's offsets until aborted; a restart
+        # fences it at once, this bounds the wait when no worker comes back.
+        config.update(transactional_id=transactional_id, transaction_timeout_ms=15000)
     config.update(options)
     return AIOKafkaProducer(**client_options(broker), **config)
 
@@ -134,6 +136,13 @@ def read_to_end(client: KafkaConsumer, parts: Sequence[SyncTopicPartition], *, f
     while any(client.position(tp) < ends[tp] for tp in parts):
         for messages in client.poll(timeout_ms=poll_ms).values():
             yield from messages
+
+
+async def aio_partitions_for(client: AIOKafkaConsumer, topic: str) -> list[AioTopicPartition]:
+    """Every partition of `topic` from fresh cluster metadata (the consumer's own view
+    only covers topics it follows)."""
+    cluster = await client._client.fetch_all_metadata()  # noqa: SLF001 - aiokafka exposes no other way
+    return [AioTopicPartition(topic, p) for p in sorted(cluster.partitions_for_topic(topic) or ())]
 
 
 async def aio_read_to_end(client: AIOKafkaConsumer, parts: Iterable[AioTopicPartition]) -> AsyncIterator[Any]:

@@ -61,9 +61,11 @@ class MetricsServer:
 class _StatsCollector(Collector):
     """Exposes `ProcessorStats` (and detector state sizes) at scrape time."""
 
-    def __init__(self, stats: ProcessorStats, state_sizes: Callable[[], dict[str, int]] | None) -> None:
+    def __init__(self, stats: ProcessorStats, state_sizes: Callable[[], dict[str, int]] | None,
+                 evictions: Callable[[], dict[str, int]] | None = None) -> None:
         self._stats = stats
         self._state_sizes = state_sizes
+        self._evictions = evictions
 
     def collect(self) -> Iterable[Metric]:
         events = CounterMetricFamily(
@@ -84,6 +86,13 @@ class _StatsCollector(Collector):
             for name, size in sorted(self._state_sizes().items()):
                 state.add_metric([name], float(size))
             yield state
+        if self._evictions is not None:
+            evicted = CounterMetricFamily(
+                "trainguard_worker_detector_evictions", "Keys dropped by each detector's bounded maps (a bound bit)",
+                labels=["detector"])
+            for name, count in sorted(self._evictions().items()):
+                evicted.add_metric([name], float(count))
+            yield evicted
 
 
 class WorkerMetrics:
@@ -95,13 +104,14 @@ class WorkerMetrics:
         stats: ProcessorStats,
         topics: Topics | None = None,
         state_sizes: Callable[[], dict[str, int]] | None = None,
+        evictions: Callable[[], dict[str, int]] | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.topics = topics or Topics()
         self._codec = Codec()
         self._positions: dict[tuple[str, int], int] = {}
-        self.registry.register(_StatsCollector(stats, state_sizes))
+        self.registry.register(_StatsCollector(stats, state_sizes, evictions))
         self.anomalies = Counter(
             "trainguard_worker_anomalies", "Anomalies published, by kind", ["kind"], registry=self.registry
         )
@@ -179,6 +189,18 @@ def detector_state_sizes(detectors: Iterable[object]) -> Callable[[], dict[str, 
         return {str(getattr(d, "instance", type(d).__name__)): int(d.state_size()) for d in dets}  # type: ignore[attr-defined]
 
     return sizes
+
+
+def detector_evictions(detectors: Iterable[object]) -> Callable[[], dict[str, int]]:
+    """A callable reporting the evictions of each detector's bounded maps, by instance name."""
+    from detectors.common import bounded_evictions
+
+    dets = list(detectors)
+
+    def counts() -> dict[str, int]:
+        return {str(getattr(d, "instance", type(d).__name__)): bounded_evictions(d) for d in dets}
+
+    return counts
 
 
 def iter_samples(metrics: WorkerMetrics) -> Iterator[tuple[str, dict[str, str], float]]:

@@ -19,6 +19,7 @@ COMMANDS: tuple[str, ...] = (
     "broker",
     "worker",
     "act",
+    "alerts",
     "actions-log",
     "ettr",
     "selfcheck",
@@ -32,6 +33,7 @@ COMMANDS: tuple[str, ...] = (
     "ettr-sim",
     "detectors",
     "demo",
+    "ui",
 )
 
 

@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from actions.settings import ActionSettings
 from collectors.settings import CollectorSettings
 from detectors.settings import DetectorSettings
+from streams.console.settings import ConsoleSettings
 
 
 class BrokerSettings(BaseModel):
@@ -46,15 +47,25 @@ class TopicSettings(BaseModel):
 
 
 class WorkerSettings(BaseModel):
-    """The Faust worker."""
+    """The stream worker (streams.app): batch loop, event time, durable state."""
 
     app_id: str = "trainguard-worker"
     web_port: int = Field(6066, ge=1, le=65535)
-    batch_size: int = Field(500, ge=1)
-    batch_within_s: float = Field(0.05, gt=0)
-    fast_path: bool = Field(True, description="consume in whole fetches (streams.fastpath) instead of one Faust agent per topic")
-    fetch_max_records: int = Field(5000, ge=1, description="most messages one fetch of the fast path hands over")
+    batch_within_s: float = Field(0.05, gt=0, description="longest wait for a fetch when input is quiet")
+    fetch_max_records: int = Field(5000, ge=1, description="most messages one fetch hands over")
     state_dir: Path = Path(".trainguard/worker")
+    max_ahead_s: float = Field(30.0, gt=0, description="a record dated further ahead of its partition or broker "
+                                                       "timestamp is held, then dead-lettered; it never moves time")
+    idle_after_s: float = Field(5.0, gt=0, description="a caught-up partition silent this long (wall clock) is set "
+                                                       "aside from the watermark")
+    confirm_within: int = Field(20, ge=1, description="later in-time records of a partition after which a held "
+                                                     "future-dated record is dead-lettered")
+    exactly_once: bool = Field(True, description="outputs, detector snapshots and input offsets in one Kafka "
+                                                 "transaction; off: at-least-once, no snapshots")
+    commit_interval_s: float = Field(1.0, gt=0, description="how often outputs, a detector-state snapshot and input "
+                                                            "offsets are committed (one transaction)")
+    instance: str = Field("", description="stable name of this worker (transactional id, state key); "
+                                          "empty: the host name")
 
 
 class MetricsSettings(BaseModel):
@@ -79,6 +90,7 @@ class Settings(BaseSettings):
     actions: ActionSettings = Field(default_factory=ActionSettings)
     collectors: CollectorSettings = Field(default_factory=CollectorSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -10,6 +10,7 @@ plane and cannot touch a training process itself.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Protocol
 
@@ -33,6 +34,20 @@ class Executor(Protocol):
         ...
 
 
+def _as_done(result: ActionResult) -> ActionResult:
+    """An agent's "already executed" answer counts as the status it executed with.
+
+    After a consumer restart the same command is sent again; the agent skips it
+    and reports how it ended the first time. "ok" then means the step is done,
+    with its effects (the node *was* stopped), not "skipped".
+    """
+    previous = result.details.get("previous_status")
+    if result.status == "skipped" and previous in ("ok", "failed"):
+        return ActionResult(ts=result.ts, command_id=result.command_id, action=result.action, status=previous,
+                            message=result.message, job=result.job, node=result.node, details=result.details)
+    return result
+
+
 def merge_results(command: ActionCommand, results: list[ActionResult], *, ts: float,
                   missing: list[str] | None = None) -> ActionResult:
     """One result from many nodes' results: ok only if every node said ok.
@@ -43,6 +58,7 @@ def merge_results(command: ActionCommand, results: list[ActionResult], *, ts: fl
     ('ok', 'failed')
     """
     missing = missing or []
+    results = [_as_done(r) for r in results]
     statuses = [r.status for r in results]
     if missing or not results:
         status = "failed"
@@ -64,3 +80,37 @@ def merge_results(command: ActionCommand, results: list[ActionResult], *, ts: fl
                 details[key] = r.details[key]
     return ActionResult(ts=ts, command_id=command.id, action=command.action, status=status,  # type: ignore[arg-type]
                         message=message, job=command.job, details=details)
+
+
+# A host name as schedulers spell one: letters, digits, '-', '_' and '.', starting with a letter or
+# digit. Anything else (`gpu[001-999]`, `*`, `a,b`, spaces) is a pattern or a list, never one node.
+_HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+# Kubernetes node names are RFC 1123 subdomains: lower case, digits, '-' and '.'.
+K8S_NODE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
+
+
+def invalid_nodes(nodes: list[str], pattern: re.Pattern[str] = _HOSTNAME) -> str:
+    """Why `nodes` cannot be acted on, or "" when every name is one concrete node.
+
+    A cluster verb on a range or glob would drain far more than the breaker
+    counted, so such names are refused, never expanded.
+
+    >>> invalid_nodes(["gpu001", "n-2.rack3"])
+    ''
+    >>> invalid_nodes(["gpu[001-999]"])
+    "refusing node name 'gpu[001-999]': not a single node name (ranges, globs and lists are refused)"
+    >>> invalid_nodes([])
+    'refusing a command that names no node'
+    """
+    if not nodes:
+        return "refusing a command that names no node"
+    for node in nodes:
+        if not isinstance(node, str) or not pattern.fullmatch(node):
+            return f"refusing node name {node!r}: not a single node name (ranges, globs and lists are refused)"
+    return ""
+
+
+def refused(command: ActionCommand, why: str, *, ts: float) -> ActionResult:
+    """The result of a command an executor would not carry out."""
+    return ActionResult(ts=ts, command_id=command.id, action=command.action, status="rejected",
+                        message=why, job=command.job)

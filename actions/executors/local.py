@@ -15,7 +15,7 @@ from typing import Protocol
 
 import msgspec
 
-from actions.executors.base import AGENT_ACTIONS, Clock, merge_results
+from actions.executors.base import AGENT_ACTIONS, Clock, invalid_nodes, merge_results, refused
 from schemas.records import ActionCommand, ActionResult
 
 _TRANSLATE = {"evict_node": "stop", "cordon_node": "stop", "retry": "restart_from_checkpoint"}
@@ -47,9 +47,11 @@ class LocalExecutor:
 
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
         """Send, wait for the targets' results, merge them."""
-        if command.action == "uncordon_node":
-            return ActionResult(ts=self.clock(), command_id=command.id, action="uncordon_node", status="skipped",
-                                message="nothing to uncordon without a cluster scheduler", job=command.job)
+        if why := invalid_nodes(targets):  # never a command to "every agent of the job"
+            return refused(command, why, ts=self.clock())
+        if command.action == "uncordon_node" or (command.action == "cordon_node" and not command.job):
+            return ActionResult(ts=self.clock(), command_id=command.id, action=command.action, status="skipped",
+                                message="nothing to (un)cordon without a cluster scheduler", job=command.job)
         wire = command
         if command.action in _TRANSLATE:
             wire = self.sign(msgspec.structs.replace(command, action=_TRANSLATE[command.action], signature=""))

@@ -12,7 +12,7 @@ import re
 import subprocess
 from typing import Any
 
-from actions.executors.base import Clock
+from actions.executors.base import Clock, invalid_nodes, refused
 from schemas.records import ActionCommand, ActionResult
 
 _ERROR = re.compile(r"(slurm_\w+ error|error|Invalid)[^\n]*", re.IGNORECASE)
@@ -44,6 +44,8 @@ class SlurmExecutor:
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
         """Drain (evict/cordon) or resume (uncordon) the nodes; requeue after an eviction."""
         nodes = targets or command.nodes
+        if why := invalid_nodes(nodes):  # `gpu[001-999]` is a Slurm range: scontrol would drain them all
+            return refused(command, why, ts=self.clock())
         calls: list[list[str]] = []
         if command.action == "uncordon_node":
             calls.append(["update", f"NodeName={','.join(nodes)}", "State=RESUME"])

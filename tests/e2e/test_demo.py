@@ -40,6 +40,10 @@ def test_job_survives_every_injected_fault(kafka: str, tmp_path: Path) -> None:
             assert fault.step.node in named, f"{fault.step.title}: localised to {named}\n{story}"
         assert fault.decision is not None, story
         assert fault.recovered_at is not None, f"{fault.step.title}: training did not resume\n{story}"
+        if fault.step.kind == "nan":  # every-step checkpoints: back to the step just before the NaN
+            assert fault.onset_step is not None and fault.resumed_from is not None, story
+            assert fault.resumed_from >= fault.onset_step, story
+            assert fault.restored_tiers, f"no rank announced the tier it restored from\n{story}"
 
     assert outcome.target_step is not None and outcome.final_step is not None
     assert outcome.final_step >= outcome.target_step, story

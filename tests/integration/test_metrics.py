@@ -55,15 +55,14 @@ def _get(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-@pytest.fixture(params=[True, False], ids=["fast_path", "faust_agents"])
-def worker(request: pytest.FixtureRequest, kafka: str, topic_prefix: str,
-           tmp_path: Path) -> Iterator[tuple[int, Topics]]:
-    """A real worker process (batch hot path, or one Faust agent per topic) with metrics on a free port."""
+@pytest.fixture
+def worker(kafka: str, topic_prefix: str, tmp_path: Path) -> Iterator[tuple[int, Topics]]:
+    """A real worker process with metrics on a free port (served by its Faust web server)."""
     port = _free_port()
     config = {
         "broker": {"bootstrap": kafka},
         "topics": {"prefix": topic_prefix, "partitions": 2},
-        "worker": {"app_id": f"w-{topic_prefix}", "state_dir": str(tmp_path / "worker"), "fast_path": request.param},
+        "worker": {"app_id": f"w-{topic_prefix}", "state_dir": str(tmp_path / "worker")},
         "metrics": {"port": port, "lag_interval_s": 0.5},
     }
     path = tmp_path / "config.yaml"
@@ -118,7 +117,8 @@ def test_worker_metrics_count_real_messages(kafka: str, worker: tuple[int, Topic
     assert _get(samples, "trainguard_worker_incidents_total", kind="nan") == 1
     assert _get(samples, "trainguard_worker_anomalies_total", kind="hang") == 0
     assert _get(samples, "trainguard_worker_batch_seconds_count") >= 1
-    assert _get(samples, "trainguard_worker_watermark_seconds") == 130.0
+    # time reached the last record (130), then grew only by silence while the broker answered
+    assert _get(samples, "trainguard_worker_watermark_seconds") >= 130.0
     lags = {k: v for k, v in samples.items() if k[0] == "trainguard_worker_consumer_lag"}
     assert lags and all(v == 0 for v in lags.values()), lags
     assert {dict(k[1])["topic"] for k in lags} >= {"training", "gpu", "logs"}

@@ -6,6 +6,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -27,15 +28,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--timeout", type=float, help="exit after this many seconds")
     p.add_argument("--log", type=Path, default=Path(".trainguard/actions/decisions.jsonl"),
                    help="where decisions are recorded locally (default: %(default)s)")
+    p.add_argument("--loglevel", default="warn", choices=["crit", "error", "warn", "info", "debug"])
     p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0: off)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    import faust
     import msgspec
 
     from schemas.topics import Topics
-    from streams.action_consumer import ActionLoop
+    from streams.act_app import create_act_app
     from streams.admin import ensure_configured_topics
 
     console = Console()
@@ -43,9 +46,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     dry_run = args.dry_run or cfg.dry_run
     topics = Topics(settings.topics.prefix)
     ensure_configured_topics(settings)
-    loop = build_loop(settings, topics, executor=args.executor or cfg.executor, dry_run=dry_run)
-    if args.metrics_port:
-        loop.metrics.serve(args.metrics_port)
     args.log.parent.mkdir(parents=True, exist_ok=True)
 
     def show(incident: Incident, decision: Decision) -> None:
@@ -56,53 +56,113 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         with args.log.open("a") as f:
             f.write(json.dumps(msgspec.to_builtins(decision)) + "\n")
 
+    core, close = build_core(settings, topics, executor=args.executor or cfg.executor, dry_run=dry_run,
+                             on_decision=show)
+    if args.metrics_port:
+        core.metrics.serve(args.metrics_port)
+    _wait_for_leadership(settings, console)
     mode = "dry-run" if dry_run else f"executor {args.executor or cfg.executor}"
     console.print(f"act: {mode}, consuming {topics.name('incidents')} on {settings.broker.servers}")
-    loop.run(show, max_incidents=args.max_incidents, timeout_s=args.timeout)
+    app = create_act_app(settings, core, max_incidents=args.max_incidents, timeout_s=args.timeout)
+    try:
+        faust.Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
+    except SystemExit as exc:  # the worker exits the process when it stops; finish our part first
+        close()
+        return int(exc.code or 0)
+    close()
     return 0
 
 
-def build_loop(settings: Settings, topics: Any, *, executor: str, dry_run: bool) -> Any:
-    """Wire engine, journal, rails, executors and the Kafka loop from settings."""
+def _wait_for_leadership(settings: Settings, console: Console) -> None:
+    """With LEASE_NAME set (several replicas), act only while holding the Lease (streams/leader.py)."""
+    import os
+
+    from streams.leader import LeaseElector
+
+    elector = LeaseElector.from_env(kube=settings.actions.kubernetes)
+    if elector is None:
+        return
+    console.print(f"act: waiting for the Lease {elector.namespace}/{elector.name} as {elector.identity}")
+    elector.wait_until_leader()
+    console.print("act: leading")
+    elector.keep_leading(on_lost=lambda: os._exit(1))  # never act beside a new leader
+
+
+def build_core(settings: Settings, topics: Any, *, executor: str, dry_run: bool,
+               on_decision: Any = None) -> tuple[Any, Callable[[], None]]:
+    """Wire engine, journal, knowledge, rails, executors and the publishing edge from settings.
+
+    Returns the `ActCore` and a function that waits for running plans and
+    releases the Kafka clients. The Kafka clients are built by `streams.kafka_io`.
+    """
     from functools import partial
 
     from actions.checkpoints import CheckpointRegistry
     from actions.engine import DecisionEngine
+    from actions.ettr import EttrAccount
     from actions.executors.local import LocalExecutor
     from actions.journal import Journal
+    from actions.knowledge import JobKnowledge
     from actions.runner import PlanRunner, Rails
     from actions.safety import CircuitBreaker, Cooldown
     from actions.standby import StandbyPool
+    from schemas.codec import Codec
+    from schemas.records import AuditEntry, Record
     from schemas.signing import sign
-    from streams.action_consumer import ActionLoop
+    from schemas.topics import key_for
+    from streams import kafka_io
+    from streams.action_consumer import ActCore
     from streams.command_bus import KafkaCommandBus
 
     cfg = settings.actions
     key = cfg.hmac_key.get_secret_value().encode()
-    checkpoints = CheckpointRegistry()
+    checkpoints = CheckpointRegistry(max_jobs=cfg.max_jobs)
     engine = DecisionEngine(checkpoints, dry_run=dry_run, retry_window_s=cfg.retry_window_s,
-                            network_confirmations=cfg.network_confirmations)
-    loop = ActionLoop(settings.broker.servers, topics, engine, checkpoints, group_id=cfg.group_id)
-    local = LocalExecutor(bus=KafkaCommandBus(servers=settings.broker.servers, topics=topics),
-                          timeout_s=cfg.command_timeout_s, clock=time.time, sign=partial(sign, key=key))
+                            network_confirmations=cfg.network_confirmations, max_jobs=cfg.max_jobs)
+    journal = Journal(cfg.state_dir / "journal.sqlite")
+    knowledge = JobKnowledge(journal, engine, checkpoints)
+    knowledge.load()  # a restarted act knows every checkpoint, topology and earlier incident the old one did
+    # Reconnect fast after a broker outage (kafka-python backs off up to 30 s by default): the first
+    # command after the broker returns must not wait for a backoff timer.
+    producer = kafka_io.producer(settings.broker, reconnect_backoff_max_ms=500)
+    codec = Codec()
+
+    def publish(record: Record) -> None:
+        """Send one record to its topic (audit entries key by job or subject). Thread-safe."""
+        rkey = key_for(record) if not isinstance(record, AuditEntry) else str(record.detail.get("job", "")).encode()
+        producer.send(topics.for_record(record), key=rkey or None, value=codec.encode(record))
+
+    bus = KafkaCommandBus(broker=settings.broker, topics=topics)
+    local = LocalExecutor(bus=bus, timeout_s=cfg.command_timeout_s, clock=time.time, sign=partial(sign, key=key))
     rails = Rails(CircuitBreaker(max_fraction=cfg.breaker_max_fraction, window_s=cfg.breaker_window_s,
-                                 fleet_size=cfg.fleet_size),
+                                 fleet_size=cfg.fleet_size, min_job_size=cfg.min_job_size,
+                                 fleet_max_evictions=cfg.fleet_max_evictions),
                   Cooldown(cooldown_s=cfg.cooldown_s), StandbyPool(spares=list(cfg.standby_nodes)),
                   approval_kinds=list(cfg.approval_kinds))
-    loop.runner = PlanRunner(journal=Journal(cfg.state_dir / "journal.sqlite"), rails=rails, node_executor=local,
-                             cluster_executor=_cluster_executor(settings, executor, local), key=key,
-                             sink=loop.publish, clock=time.time, topologies=engine.topologies,
-                             reported_attempt=loop.ettr.attempt)
-    return loop
+    ettr = EttrAccount(max_jobs=cfg.max_jobs)
+    runner = PlanRunner(journal=journal, rails=rails, node_executor=local,
+                        cluster_executor=_cluster_executor(settings, executor, local), key=key,
+                        sink=publish, clock=time.time, topologies=engine.topologies,
+                        reported_attempt=ettr.attempt, max_jobs=cfg.max_jobs)
+    core = ActCore(engine=engine, runner=runner, knowledge=knowledge, publish=publish, ettr=ettr,
+                   on_decision=on_decision, plan_workers=cfg.plan_workers, max_jobs=cfg.max_jobs,
+                   operator_max_age_s=cfg.operator_max_age_s)
+
+    def close() -> None:
+        core.close(wait=True)
+        producer.flush()
+        producer.close()
+        bus.close()
+        journal.close()
+
+    return core, close
 
 
 def _cluster_executor(settings: Settings, name: str, local: Any) -> Any:
     if name == "kubernetes":
         from actions.executors.kubernetes import KubernetesExecutor
 
-        k = settings.actions.kubernetes
-        return KubernetesExecutor.connect(kubeconfig=k.kubeconfig, host=k.host, clock=time.time,
-                                          taint_key=k.taint_key, pod_label_selector=k.pod_label_selector)
+        return KubernetesExecutor.from_settings(settings.actions.kubernetes, clock=time.time)
     if name == "slurm":
         from actions.executors.slurm import SlurmExecutor
 

@@ -23,6 +23,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--short", action="store_true", help="fewer healthy steps between faults (as the e2e test)")
     p.add_argument("--faults", metavar="KINDS",
                    help="comma-separated subset, in order, of: nan,hang,slow,bitflip,xid79,bad_code (default: all)")
+    p.add_argument("--console", action="store_true",
+                   help="also run the operator console (`trainguard ui`) and print its URL and tokens")
+    p.add_argument("--console-port", type=int, default=8765, help="the console's port (default: %(default)s)")
+    p.add_argument("--hold", type=float, default=0.0, metavar="SECONDS",
+                   help="keep the stack (and console) running this long after the last fault (default: 0)")
     p.set_defaults(handler=run)
 
 
@@ -42,7 +47,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.faults:
         scenario = scenario.only(args.faults.split(","))
     run_dir = (args.out / time.strftime("%Y%m%d-%H%M%S")).resolve()
-    outcome = DemoRunner(scenario, settings, run_dir, ConsoleReporter(console)).run()
+    outcome = DemoRunner(scenario, settings, run_dir, ConsoleReporter(console),
+                         console_port=args.console_port if args.console else None, hold_s=args.hold).run()
     console.rule("[bold]summary")
     print_summary(outcome, scenario.job, console)
     png = plot_timeline(outcome, run_dir / "timeline.png")

@@ -30,6 +30,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiply the trace's fault rate")
     p.add_argument("--latencies", type=Path, metavar="REPORT",
                    help="backtest report.json: use its per_kind.*.latency_median_s as detection latencies")
+    p.add_argument("--costs", type=Path, metavar="REPORT",
+                   help="checkpoint benchmark report (benchmarks/bench_checkpoint.py): take trainguard's "
+                   "checkpoint overhead, checkpoint interval and restart times from it")
+    p.add_argument("--restart-floor-s", type=float, default=0.0,
+                   help="with --costs: seconds added to each measured restart for the job-wide rendezvous "
+                   "and collective init a small benchmark does not pay (default 0)")
+    p.add_argument("--checkpoint-overhead", type=float, metavar="FRACTION",
+                   help="with --costs: per-step checkpoint overhead to assume instead of the measured one "
+                   "(e.g. 0.009, ByteRobust's figure, where the benchmark machine's CPUs were oversubscribed)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the full result as JSON")
     p.set_defaults(handler=run)
@@ -37,6 +46,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from trainguard.fleetsim import JobParams, ParamError, SimParams, TraceHistory, simulate, with_measured_latencies
+    from trainguard.fleetsim.measured import with_measured_recovery
     from trainguard.fleetsim.report import print_report, to_json
     from trainguard.simulate.trace import TraceError, load_trace
 
@@ -51,7 +61,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         costs = replace(params.trainguard, standby_pool=args.standby_pool)
         if args.latencies is not None:
             costs = with_measured_latencies(costs, args.latencies)
-        params = replace(params, trainguard=costs).validate()
+        params = replace(params, trainguard=costs)
+        if args.costs is not None:
+            params = with_measured_recovery(params, args.costs, restart_floor_s=args.restart_floor_s,
+                                            overhead=args.checkpoint_overhead)
+        params = params.validate()
         history = TraceHistory.from_events(load_trace(args.trace), servers=params.trace_servers)
         result = simulate(history, params, seed=args.seed)
     except (TraceError, ParamError, ValueError) as exc:

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     threading.Thread(target=_ensure_topics, args=(settings, topics.all()), daemon=True).start()
     publisher = Publisher(servers=settings.broker.servers, topics=topics,
                           spool_dir=cs.spool_dir / f"agent-{args.job}-{node}",
-                          spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024), client_id=f"trainguard-agent-{node}")
+                          spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024), client_id=f"trainguard-agent-{node}", sync=cs.spool_sync)
     feed = BackgroundFeed(KafkaCommandFeed(servers=settings.broker.servers, topic=topics.name("actions"),
                                            group_id=f"trainguard-agent-{args.job}-{node}"))
     agent = Agent(job=args.job, node=node, argv=argv, sink=publisher,

@@ -57,5 +57,10 @@ class ConsoleReporter:
                            f"(attempt {step.attempt}, code {step.code_version or '?'}); "
                            f"fault to first new step: {downtime_s:.1f}s")
 
+    def restored(self, tiers: dict[int, str], onset_step: int | None) -> None:
+        if tiers:
+            where = ", ".join(f"rank {r}: {t}" for r, t in sorted(tiers.items()))
+            self.console.print(f"         restored from ({where}); last step before the fault: {onset_step}")
+
     def not_recovered(self, step: FaultStep) -> None:
         self.console.print(f"{self._t()} [bold red]training did not resume[/] after: {step.title}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -53,6 +54,8 @@ class FaultOutcome:
     results: list[ActionResult] = field(default_factory=list)
     resumed_from: int | None = None
     recovered_at: float | None = None
+    onset_step: int | None = None  # the last step trained before the fault was injected
+    restored_tiers: dict[int, str] = field(default_factory=dict)  # rank -> tier it restored from
 
     @property
     def latency_s(self) -> float | None:
@@ -84,8 +87,10 @@ class DemoRunner:
     """Runs one `DemoScenario` against the broker in `settings`."""
 
     def __init__(self, scenario: DemoScenario, settings: Settings, run_dir: Path,
-                 say: "Reporter") -> None:
+                 say: "Reporter", *, console_port: int | None = None, hold_s: float = 0.0) -> None:
         self.sc = scenario
+        self.console_port = console_port  # None: no operator console
+        self.hold_s = hold_s  # keep the stack (and console) up this long after the faults
         self.settings = settings
         self.run_dir = run_dir
         self.say = say
@@ -98,6 +103,8 @@ class DemoRunner:
         self._producer: KafkaProducer | None = None
         self._xid_nodes: set[str] = set()
         self._stop = threading.Event()
+        shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else run_dir
+        self.ram_dir = shm / "trainguard-demo" / self.prefix.rstrip(".")  # the simulated nodes' RAM
 
     # ------------------------------------------------------------------ run
 
@@ -113,6 +120,13 @@ class DemoRunner:
             cfg = ["--config", str(config)]
             stack.start("worker", *cfg, "worker")
             stack.start("act", *cfg, "act", "--executor", "local")
+            if self.console_port is not None:
+                from trainguard.demo.console_ui import start_console
+
+                access = start_console(stack, cfg, self.run_dir, self.console_port)
+                self.say.phase(f"operator console: {access.url}")
+                self.say.phase(f"  operator token: {access.operator_token}")
+                self.say.phase(f"  viewer token:   {access.viewer_token}")
             for node in self.sc.nodes:
                 stack.start(node, *cfg, "run", "--job", self.sc.job, "--node", node, "--", *self._train_cmd(),
                             extra_env={"NODE_NAME": node})
@@ -124,10 +138,14 @@ class DemoRunner:
             gpu_thread.start()
             try:
                 outcome = self._drive(watcher, stack, started)
+                if self.hold_s > 0:
+                    self.say.phase(f"faults done; the stack and console stay up {self.hold_s:g}s (Ctrl-C ends)")
+                    time.sleep(self.hold_s)
             finally:
                 self._stop.set()
                 watcher.stop()
                 self._producer.close()
+                shutil.rmtree(self.ram_dir, ignore_errors=True)
         return outcome
 
     def _drive(self, watcher: TopicWatcher, stack: DemoStack, started: float) -> DemoOutcome:
@@ -159,6 +177,7 @@ class DemoRunner:
         attempts = self._attempts(watcher)
         known = {i.id for i in watcher.records(Incident)}
         out = FaultOutcome(step, injected_at=time.time())
+        out.onset_step = max((s.step for s in watcher.records(TrainingStep)), default=None)
         self.say.inject(step)
         self._inject(step, watcher)
         out.incident = watcher.wait_for(Incident, lambda i: i.id not in known and i.job == self.sc.job,
@@ -181,6 +200,9 @@ class DemoRunner:
         if resumed is not None:
             out.resumed_from = resumed.step - 1
             out.recovered_at = resumed.ts
+            out.restored_tiers = {c.rank: c.tier for c in watcher.records(CheckpointEvent)
+                                  if c.status == "restored" and c.ts > out.injected_at and c.job == self.sc.job}
+            self.say.restored(out.restored_tiers, out.onset_step)
             self.say.resumed(resumed, out.recovered_at - out.injected_at)
         else:
             self.say.not_recovered(step)
@@ -292,7 +314,8 @@ class DemoRunner:
         return [sys.executable, "-m", "trainguard.demo.train", "--job", self.sc.job,
                 "--nnodes", str(len(self.sc.nodes)), "--rdzv-endpoint", f"127.0.0.1:{self.sc.master_port}",
                 "--steps", str(self.sc.steps), "--ckpt-every", str(self.sc.ckpt_every),
-                "--ckpt-dir", str(self.run_dir / "checkpoints"), "--compute-s", str(self.sc.compute_s)]
+                "--ckpt-dir", str(self.run_dir / "checkpoints"), "--compute-s", str(self.sc.compute_s),
+                "--ram-dir", str(self.ram_dir)]
 
     def _standby_cmd(self) -> list[str]:
         """A warm standby idles until a restart command makes it join the job."""
@@ -318,3 +341,4 @@ class Reporter(Protocol):
     def actions(self, results: list[ActionResult]) -> None: ...
     def resumed(self, step: TrainingStep, downtime_s: float) -> None: ...
     def not_recovered(self, step: FaultStep) -> None: ...
+    def restored(self, tiers: dict[int, str], onset_step: int | None) -> None: ...

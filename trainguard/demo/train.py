@@ -5,8 +5,13 @@ or alone with `--nnodes N --rdzv-endpoint HOST:PORT`, in which case the
 process joins torch's c10d rendezvous itself, as torchrun's agent would, and
 gets its rank from it (the demo does this: one torch import per rank instead
 of two, which matters when restarts are timed on two cores). It is an
-ordinary PyTorch loop plus the trainguard hook, checkpoints every
-`--ckpt-every` steps, resumes from `TRAINGUARD_RESUME_PATH`, and loads the
+ordinary PyTorch loop plus trainguard's `TrainingGuard` (the training hook and
+the checkpoint manager in one call): every step is snapshotted into the
+node's RAM and backed up to a peer node, every 5th to the node's disk, every
+`--ckpt-every` to the shared checkpoint directory. A restarted rank resumes
+from the newest step before `TRAINGUARD_RESUME_STEP` that every rank holds in
+some tier (a standby pulls the evicted node's shard from its peer), else
+from the job-level file named by `TRAINGUARD_RESUME_PATH`. It loads the
 "code version" named by `TRAINGUARD_CODE_VERSION`: version `v2-bad` carries a
 shape bug in its input pipeline, as a bad hot update would. Faults come from the demo's fault
 board (`TRAINGUARD_DEMO_FAULTS`), never from the code path itself.
@@ -25,6 +30,10 @@ import torch.distributed as dist
 from torch import nn
 
 import trainguard
+from trainguard.checkpoint.config import CheckpointConfig
+from trainguard.checkpoint.guard import TrainingGuard
+from trainguard.checkpoint.manager import CheckpointManager
+from trainguard.checkpoint.ranks import rank_hint, stable_ranks
 from trainguard.demo.faults import FaultBoard, final_step
 
 FEATURES, HIDDEN = 64, 256
@@ -59,12 +68,20 @@ def main() -> None:
     torch.manual_seed(0)
     model = build_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    start = _resume(model, opt)
-    ddp = nn.parallel.DistributedDataParallel(model)
-    board = FaultBoard(Path(os.environ["TRAINGUARD_DEMO_FAULTS"])) if "TRAINGUARD_DEMO_FAULTS" in os.environ else None
     monitor = trainguard.TrainingMonitor(job=args.job, model=model, checksum_every=1, heartbeat_interval_s=1.0,
                                          flops_per_token=6.0 * sum(p.numel() for p in model.parameters()),
                                          peak_flops=5e9)
+    ram = _ram(args)  # this "machine's" memory and disk
+    ckpt = CheckpointManager(job=args.job, model=model, optimizer=opt, node=node, publisher=monitor, config=CheckpointConfig(
+        memory_dir=str(ram / "mem"), memory_slots=3, disk_dir=str(ram / "disk"), disk_every=5, disk_keep=40,
+        durable=str(Path(args.ckpt_dir) / "tiered"), durable_every=args.ckpt_every,
+        durable_keep=1_000_000))  # like the job's own checkpoints: a late restart to an old step finds it
+    start = _resume(model, opt, ckpt)
+    ckpt.forget_after(start)  # copies of later steps belong to a timeline this run abandons
+    monitor.current_step = start
+    guard = TrainingGuard(monitor, ckpt)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    board = FaultBoard(Path(os.environ["TRAINGUARD_DEMO_FAULTS"])) if "TRAINGUARD_DEMO_FAULTS" in os.environ else None
     fired: set[str] = set()
     final_file = Path(os.environ["TRAINGUARD_DEMO_FINAL"]) if "TRAINGUARD_DEMO_FINAL" in os.environ else None
     for step in range(start + 1, args.steps + 1):
@@ -93,9 +110,8 @@ def main() -> None:
         opt.step()
         if fault and fault.kind == "bitflip":
             _flip_a_bit(model)
-        monitor.step(loss=loss.item(), tokens=x.shape[0], grad_norm=grad_norm, compute_time_s=compute_s, step=step)
-        if step % args.ckpt_every == 0:
-            _checkpoint(monitor, model, opt, step, rank, Path(args.ckpt_dir))
+        guard.step(step, loss=loss.item(), tokens=x.shape[0], grad_norm=grad_norm, compute_time_s=compute_s)
+    ckpt.close()
     monitor.close()
     dist.destroy_process_group()
 
@@ -114,6 +130,19 @@ def _init_distributed(args: argparse.Namespace) -> None:
     info = get_rendezvous_handler(params).next_rendezvous()
     dist.init_process_group("gloo", store=dist.PrefixStore("train/", info.store), rank=info.rank,
                             world_size=info.world_size)
+    # The rendezvous numbers ranks by join order; keep each machine's previous rank so its in-memory
+    # checkpoint is still its own (a standby takes the evicted machine's rank).
+    hints: list[int | None] = [None] * info.world_size
+    dist.all_gather_object(hints, rank_hint(_ram(args) / "mem"))
+    ranks = stable_ranks(hints)
+    if ranks != list(range(info.world_size)):
+        dist.destroy_process_group()
+        dist.init_process_group("gloo", store=dist.PrefixStore("train-stable/", info.store),
+                                rank=ranks[info.rank], world_size=info.world_size)
+
+
+def _ram(args: argparse.Namespace) -> Path:
+    return Path(args.ram_dir or f"/dev/shm/trainguard/{args.job}") / os.environ.get("NODE_NAME", "node")
 
 
 def _flip_a_bit(model: nn.Module) -> None:
@@ -124,22 +153,18 @@ def _flip_a_bit(model: nn.Module) -> None:
         bits ^= 1 << 23
 
 
-def _checkpoint(monitor: trainguard.TrainingMonitor, model: nn.Module, opt: torch.optim.Optimizer,
-                step: int, rank: int, ckpt_dir: Path) -> None:
-    with monitor.phase("checkpointing"):
-        if rank == 0:
-            ckpt_dir.mkdir(parents=True, exist_ok=True)
-            path = ckpt_dir / f"step-{step:06d}.pt"
-            torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, path)
-        dist.barrier()
-    if rank == 0:
-        monitor.checkpoint_saved(step, ckpt_dir / f"step-{step:06d}.pt")
-
-
-def _resume(model: nn.Module, opt: torch.optim.Optimizer) -> int:
+def _resume(model: nn.Module, opt: torch.optim.Optimizer, ckpt: CheckpointManager) -> int:
+    """The step to continue after: the manager's best copy, else the job-level file, else the start."""
+    step = int(os.environ.get("TRAINGUARD_RESUME_STEP", "0") or 0)
     path = os.environ.get("TRAINGUARD_RESUME_PATH")
+    if step or path:
+        restored = ckpt.restore(before=step + 1 if step else None)  # every rank agrees on one step
+        print(f"rank {ckpt.rank}: asked for step {step}, restored "
+              + (f"step {restored.step} from {restored.tier}" if restored else "nothing"), flush=True)
+        if restored is not None:
+            return restored.step
     if not path or not Path(path).exists():
-        return int(os.environ.get("TRAINGUARD_RESUME_STEP", "0") or 0) if not path else 0
+        return step if not path else 0
     state = torch.load(path, weights_only=True)
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
@@ -152,6 +177,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--ckpt-every", type=int, default=20)
     p.add_argument("--ckpt-dir", default=".trainguard/demo/checkpoints")
+    p.add_argument("--ram-dir", default="", help="RAM-backed directory for in-memory checkpoints "
+                   "(default /dev/shm/trainguard/JOB)")
     p.add_argument("--compute-s", type=float, default=0.15, help="simulated compute per step")
     p.add_argument("--nnodes", type=int, default=1, help="processes to rendezvous with (without torchrun)")
     p.add_argument("--rdzv-endpoint", default="", help="c10d rendezvous HOST:PORT (without torchrun)")

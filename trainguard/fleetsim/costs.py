@@ -69,8 +69,8 @@ def trainguard_loss(kind: str, job: JobParams, c: TrainguardCosts, *, since_ckpt
         detect, localise = detect * job.mfu_drop, localise * job.mfu_drop
     if kind == "user_error":
         failover = c.hot_update_s  # roll the code back in place
-    elif kind == "nan":
-        failover = c.restart_s  # restart from the last good checkpoint, same nodes
+    elif kind == "nan":  # roll back to the step before, same nodes (in-process when measured)
+        failover = c.restart_s if c.inprocess_restart_s is None else c.inprocess_restart_s
     elif standby:
         failover = c.standby_swap_s + c.restart_s
     else:

@@ -33,10 +33,11 @@ class PolicyResult:
     by_kind: dict[str, Loss] = field(default_factory=dict)
     incidents: int = 0
     requeues: int = 0  # trainguard only: evictions that found the standby pool empty
+    overhead_s: float = 0.0  # productive time lost to checkpointing itself (every-step checkpoints)
 
     @property
     def ettr(self) -> float:
-        return 1.0 - self.loss.total_s / self.duration_s
+        return 1.0 - (self.loss.total_s + self.overhead_s) / self.duration_s
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,10 @@ def simulate(history: TraceHistory, params: SimParams, *, seed: int = 0) -> SimR
     params.validate()
     rng = random.Random(seed)
     arrivals = draw_arrivals(history, params, rng)
-    since_ckpt = [rng.uniform(0.0, params.job.checkpoint_interval_s) for _ in arrivals]
+    phase = [rng.random() for _ in arrivals]  # where in its checkpoint interval each incident falls
+    since_ckpt = [f * params.job.checkpoint_interval_s for f in phase]
+    ours_interval = params.trainguard.checkpoint_interval_s or params.job.checkpoint_interval_s
+    ours_since = [f * ours_interval for f in phase]
     job = params.job
 
     def ours(a: Arrival, since: float, standby: bool) -> Loss:
@@ -65,8 +69,10 @@ def simulate(history: TraceHistory, params: SimParams, *, seed: int = 0) -> SimR
     def theirs(a: Arrival, since: float, standby: bool) -> Loss:
         return baseline_loss(a.kind, job, params.baseline, since_ckpt_s=since)
 
-    tg = run_policy("trainguard", arrivals, since_ckpt, ours, params,
+    tg = run_policy("trainguard", arrivals, ours_since, ours, params,
                     pool=params.trainguard.standby_pool, replenish_s=params.trainguard.standby_replenish_s)
+    r = params.trainguard.checkpoint_overhead  # steps run 1+r times longer while the job trains
+    tg.overhead_s = max(0.0, tg.duration_s - tg.loss.total_s) * r / (1.0 + r)
     base = run_policy("baseline", arrivals, since_ckpt, theirs, params, pool=0, replenish_s=0.0)
     return SimResult(params, seed, arrivals, tg, base, history.faults_per_node_day)
 

@@ -96,6 +96,10 @@ class TrainguardCosts:
     hot_update_s: float = 180.0  # in-place code rollback / update, no rescheduling
     requeue_s: float = 1800.0  # fall back to a full requeue when the standby pool is empty
     remote_load_s: float = 600.0
+    # Fast recovery (trainguard.checkpoint); None/0 = not in use, the defaults above apply.
+    checkpoint_interval_s: float | None = None  # every-step in-memory checkpoints: one step
+    inprocess_restart_s: float | None = None  # NaN rollback inside the live processes
+    checkpoint_overhead: float = 0.0  # step-time slowdown from checkpointing every step (0.01 = 1%)
     standby_pool: int = 12  # warm standby nodes (1% of 1,200)
     standby_replenish_s: float = 4 * 3600.0  # a used standby is replaced after this long
 

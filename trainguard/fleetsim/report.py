@@ -33,6 +33,7 @@ def _policy_json(p: PolicyResult) -> dict[str, Any]:
         "incidents_handled": p.incidents,
         "unproductive_hours": {k: round(v / 3600, 3) for k, v in p.loss.as_dict().items()},
         "unproductive_hours_total": round(p.loss.total_s / 3600, 3),
+        "checkpoint_overhead_hours": round(p.overhead_s / 3600, 3),
         "requeues_for_lack_of_standby": p.requeues,
         "by_kind_hours": {k: round(v.total_s / 3600, 3) for k, v in sorted(p.by_kind.items())},
     }
@@ -57,9 +58,11 @@ def _summary_table(result: SimResult) -> Table:
     table.add_column("ETTR", justify="right")
     for phase in PHASES:
         table.add_column(phase, justify="right")
+    table.add_column("ckpt overhead", justify="right")
     table.add_column("total", justify="right")
     for p in (result.trainguard, result.baseline):
-        table.add_row(p.name, f"{p.ettr:.2%}", *(_h(v) for v in p.loss.as_dict().values()), _h(p.loss.total_s))
+        table.add_row(p.name, f"{p.ettr:.2%}", *(_h(v) for v in p.loss.as_dict().values()), _h(p.overhead_s),
+                      _h(p.loss.total_s + p.overhead_s))
     return table
 
 

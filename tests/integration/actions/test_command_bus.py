@@ -13,7 +13,7 @@ from streams.command_bus import KafkaCommandBus
 def test_results_keyed_to_any_partition_are_collected(kafka: str, topic_prefix: str) -> None:
     topics = Topics(topic_prefix)
     ensure_topics(kafka, topics.all(), partitions=4, replication=1)
-    bus = KafkaCommandBus(servers=kafka, topics=topics)  # built at once, as `trainguard act` does
+    bus = KafkaCommandBus(broker=kafka, topics=topics)  # built at once, as `trainguard act` does
     producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
     jobs = [f"job-{i}" for i in range(12)]  # keys that spread over all four partitions
     for job in jobs:

@@ -1,6 +1,7 @@
 """Slurm executor through a fake `scontrol` on PATH.
 
-No Slurm controller runs here, so a small fake `scontrol` executable stands
+The end-to-end path runs against a real Slurm cluster (tests/e2e/test_slurm_act.py).
+These cases pin the executor's exact calls and error handling with a small fake `scontrol` that stands
 in at the CLI boundary: it records every call and answers like the real one
 (silent success for valid updates/requeues, `slurm_update error: Invalid
 node name specified` and exit 1 for unknown nodes). The executor runs it as

@@ -47,8 +47,8 @@ TABLE = [
     ("slowdown", {"nodes": ["n3"]}, "slowdown.evict_outlier", ["evict_node", "swap_standby", "restart_from_checkpoint"]),
     ("nan", {}, "nan.restore_checkpoint", ["restart_from_checkpoint"]),
     ("loss_spike", {}, "loss_spike.restore_checkpoint", ["restart_from_checkpoint"]),
-    ("sdc", {}, "sdc.dual_phase_replay",
-     ["replay_regroup", "replay_regroup", "evict_node", "swap_standby", "restart_from_checkpoint"]),
+    ("sdc", {}, "sdc.dual_phase_replay",  # stop first: no more steps on corrupt weights while replay runs
+     ["stop", "replay_regroup", "replay_regroup", "evict_node", "swap_standby", "restart_from_checkpoint"]),
     ("user_error", {"code_version": "v2"}, "user_error.rollback_code", ["rollback_code"]),
     ("unknown", {}, "unknown.retry_once", ["retry"]),
     ("transient", {}, "transient.retry_once", ["retry"]),
@@ -90,12 +90,12 @@ def test_nan_restores_before_onset_and_recurrence_becomes_sdc() -> None:
     assert first.plan[0].params["step"] == 100  # checkpoint 200 is after the bad step
     again = eng.decide(incident("nan", step=150, iid="i2", ts=300.0))
     assert again.rule == "nan.recurrence_as_sdc"
-    assert [s.action for s in again.plan][:2] == ["replay_regroup", "replay_regroup"]
+    assert [s.action for s in again.plan][:3] == ["stop", "replay_regroup", "replay_regroup"]
 
 
 def test_sdc_replay_groups_intersect_in_one_machine() -> None:
     plan = engine().decide(incident("sdc")).plan
-    rows, cols = plan[0].params["groups"], plan[1].params["groups"]
+    rows, cols = plan[1].params["groups"], plan[2].params["groups"]
     for row in rows:
         for col in cols:
             assert len(set(row) & set(col)) <= 1

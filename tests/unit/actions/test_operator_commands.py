@@ -13,7 +13,7 @@ from actions.journal import Journal
 from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
-from schemas.records import ActionCommand, ActionResult, Incident, TrainingStep
+from schemas.records import ActionCommand, ActionResult, Incident, JobTopology, TrainingStep
 from streams.recording import write_recording
 from trainguard.cli import main
 
@@ -35,9 +35,12 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def runner(state: Path, approval: list[str]) -> tuple[DecisionEngine, PlanRunner]:
     rails = Rails(CircuitBreaker(max_fraction=0.5, window_s=60), Cooldown(cooldown_s=0), StandbyPool(spares=["s1"]),
                   approval_kinds=approval)
-    return DecisionEngine(CheckpointRegistry()), PlanRunner(
+    engine = DecisionEngine(CheckpointRegistry())
+    # A restart needs the job's nodes: without a topology it would name no one and is refused.
+    engine.observe_topology(JobTopology(ts=0.0, job="llm", world_size=4, rank_nodes={r: f"n{r}" for r in range(4)}))
+    return engine, PlanRunner(
         journal=Journal(state / "journal.sqlite"), rails=rails, node_executor=Ok(), cluster_executor=Ok(),
-        key=b"k", sink=lambda r: None, clock=lambda: 1.0)
+        key=b"k", sink=lambda r: None, clock=lambda: 1.0, topologies=engine.topologies)
 
 
 def test_log_approve_pool_and_breaker_reset(state: Path, capsys: pytest.CaptureFixture[str]) -> None:

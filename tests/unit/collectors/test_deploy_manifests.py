@@ -8,7 +8,6 @@ from typing import Any
 import yaml
 from kubernetes.client import ApiClient
 
-from trainguard.settings import load_settings
 
 DEPLOY = Path(__file__).parents[3] / "deploy"
 
@@ -22,28 +21,21 @@ def _as_model(obj: dict[str, Any]) -> Any:
     return ApiClient()._ApiClient__deserialize(obj, f"V1{obj['kind']}")  # type: ignore[attr-defined]
 
 
-def test_daemonset_mounts_what_the_collectors_read_and_its_config_loads(tmp_path: Path) -> None:
-    objs = _objects("collectors-daemonset.yaml")
-    ds = _as_model(next(o for o in objs if o["kind"] == "DaemonSet"))
-    spec = ds.spec.template.spec
-    paths = {v.name: v.host_path.path for v in spec.volumes if v.host_path}
-    assert paths == {"host-sys": "/sys", "kmsg": "/dev/kmsg", "spool": "/var/lib/trainguard"}
-    container = spec.containers[0]
-    assert container.security_context.privileged is False and container.security_context.capabilities.add == ["SYSLOG"]
-    assert any(e.name == "NODE_NAME" and e.value_from.field_ref.field_path == "spec.nodeName" for e in container.env)
-    config = next(o for o in objs if o["kind"] == "ConfigMap")["data"]["trainguard.yaml"]
-    (tmp_path / "c.yaml").write_text(config)
-    settings = load_settings(tmp_path / "c.yaml")
-    assert str(settings.collectors.rdma_root) == "/host/sys/class/infiniband"
-    assert settings.metrics.port == container.ports[0].container_port
-
-
-def test_training_pod_runs_the_agent() -> None:
-    pod = _as_model(_objects("training-pod.yaml")[0])
+def test_training_pod_runs_the_agent_and_its_rendezvous_name_resolves() -> None:
+    service, pod_obj = _objects("training-pod.yaml")
+    pod = _as_model(pod_obj)
     container = pod.spec.containers[0]
     assert container.command[:2] == ["trainguard", "run"] and container.command[-1] == "--"
     names = {e.name for e in container.env}
-    assert {"NODE_NAME", "POD_NAME", "TRAINGUARD_ACTIONS__HMAC_KEY", "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR"} <= names
+    assert {"NODE_NAME", "POD_NAME", "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR"} <= names
+    # --rdzv-endpoint=<hostname>.<subdomain>:port needs a headless Service named <subdomain> selecting the pod
+    endpoint = next(a for a in container.args if a.startswith("--rdzv-endpoint=")).split("=", 1)[1]
+    host, port = endpoint.rsplit(":", 1)
+    assert host == f"{pod.spec.hostname}.{pod.spec.subdomain}"
+    assert service["kind"] == "Service" and service["metadata"]["name"] == pod.spec.subdomain
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= pod.metadata.labels.items()
+    assert int(port) in [p["port"] for p in service["spec"]["ports"]]
 
 
 def test_dockerfile_copies_existing_packages() -> None:

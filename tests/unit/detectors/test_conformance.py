@@ -120,3 +120,39 @@ def test_state_is_bounded_when_jobs_keep_coming(type_name: str) -> None:
         run(det, Fleet(job=f"job-{i:02d}", nodes=1, gpus=2, tp=1, seed=i).steps(6))
         sizes.append(det.state_size())
     assert max(sizes[10:]) <= max(sizes[:10]) * 1.5 + 10, sizes
+
+
+def _shifted(record: Record, ranks: int, dt: float, steps: int) -> Record:
+    """The record as if from other ranks, later: a job whose ranks keep changing (elastic, restarts)."""
+    changes: dict[str, object] = {"ts": record.ts + dt}
+    if isinstance(getattr(record, "step", None), int):
+        changes["step"] = record.step + steps  # type: ignore[attr-defined]
+    if isinstance(getattr(record, "rank", None), int):
+        changes["rank"] = record.rank + ranks  # type: ignore[attr-defined]
+    if isinstance(getattr(record, "rank_nodes", None), dict):
+        changes["rank_nodes"] = {r + ranks: n for r, n in record.rank_nodes.items()}  # type: ignore[attr-defined]
+    return msgspec.structs.replace(record, **changes)
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_state_is_bounded_when_ranks_keep_coming(type_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One job, ever new ranks: per-rank maps forget beyond `MAX_RANKS`, and count what they forgot."""
+    import detectors.common as common
+
+    monkeypatch.setattr(common, "MAX_RANKS", 32)
+    det = load(type_name).example()
+    base = Fleet(job="wide", nodes=2, gpus=8, tp=1, seed=5).steps(6)
+    sizes = []
+    for i in range(30):  # 16 new ranks per round: 480 ranks seen in all
+        run(det, [_shifted(r, 16 * i, 100.0 * i, 10 * i) for r in base])
+        sizes.append(det.state_size())
+    assert max(sizes[10:]) <= max(sizes[:10]) * 1.5 + 10, sizes
+
+
+def test_rank_evictions_are_counted_for_the_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    import detectors.common as common
+
+    monkeypatch.setattr(common, "MAX_RANKS", 8)
+    det = load("hang").example()
+    run(det, Fleet(job="wide", nodes=2, gpus=8, tp=1, seed=5).steps(3))  # 16 ranks into maps of 8
+    assert common.bounded_evictions(det) >= 8

@@ -17,7 +17,8 @@ def test_training_events_of_a_job_share_one_key() -> None:
 
 
 def test_hardware_samples_are_keyed_by_node() -> None:
-    assert key_for(NodeGpuSample(ts=1.0, node="n3", job="llama")) == b"n3"
+    assert key_for(NodeGpuSample(ts=1.0, node="n3", job="llama")) == b"llama"  # co-partitioned with its job
+    assert key_for(NodeGpuSample(ts=1.0, node="n3")) == b"n3"
     assert key_for(RdmaSample(ts=1.0, node="n3")) == b"n3"
 
 

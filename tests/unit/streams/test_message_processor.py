@@ -52,3 +52,20 @@ def test_nan_step_yields_anomaly_and_incident() -> None:
     assert isinstance(incident, Incident)
     assert (incident.kind, incident.job, incident.ranks, incident.step) == ("nan", "j", [2], 2)
     assert out[1].key == b"j"
+
+
+def test_dead_letters_of_any_size_fit_a_kafka_message() -> None:
+    import base64
+    import hashlib
+
+    from schemas.codec import decode as decode_record
+
+    proc = processor()
+    for size in (700_000, (1 << 20) + 1, 5_000_000, 20_000_000):
+        value = b"{" + b"x" * (size - 1)
+        out = proc.process(RawMessage(topic="t.gpu", value=value, partition=3, offset=77))
+        assert len(out) == 1 and len(out[0].value) < 1 << 20
+        letter = decode_record(out[0].value)
+        assert (letter.original_size, letter.partition, letter.offset) == (size, 3, 77)
+        assert letter.sha256 == hashlib.sha256(value).hexdigest()
+        assert letter.truncated and value.startswith(base64.b64decode(letter.original_b64))

@@ -30,7 +30,7 @@ def test_each_subcommand_has_help(command: str) -> None:
 
 def test_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
     cfg = tmp_path / "bad.yaml"
-    cfg.write_text("worker:\n  batch_size: -3\n")
+    cfg.write_text("worker:\n  fetch_max_records: -3\n")
     proc = subprocess.run(
         [sys.executable, "-m", "trainguard.cli", "--config", str(cfg), "schemas", "export", str(tmp_path / "s")],
         capture_output=True,
@@ -38,7 +38,7 @@ def test_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "worker.batch_size" in lines[0]
+    assert len(lines) == 1 and "worker.fetch_max_records" in lines[0]
 
 
 def test_schemas_export_writes_one_file_per_record(tmp_path: Path) -> None:

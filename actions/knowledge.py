@@ -1,0 +1,77 @@
+"""What `act` knows about each job, kept durable in the journal.
+
+A decision needs the job's checkpoints (what to restore), its topology (whom
+a restart addresses, which group to over-evict) and the engine's memory of
+earlier incidents (a second NaN at the same step is corruption; a second
+unknown fault escalates). All of it used to live only in memory while the
+offsets of the records it came from were committed, so a restarted `act`
+restarted jobs from scratch and addressed restarts to no one.
+
+Here every change is written through to the journal *as it is observed*:
+the consumer commits a record's offset only after `observe` returned, so
+nothing committed is ever forgotten, and `load` rebuilds the same state.
+Writes happen only when something changed (a topology is re-announced often).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from actions.checkpoints import CheckpointRegistry
+from actions.engine import DecisionEngine
+from actions.journal import Journal
+from actions.restore import JOURNALED
+from schemas.records import CheckpointEvent, JobTopology
+
+_CKPT = "ckpt:"
+_TOPO = "topology:"
+_ENGINE = "engine"
+
+
+class JobKnowledge:
+    """Write-through store of checkpoints, topologies and the engine's memory."""
+
+    def __init__(self, journal: Journal, engine: DecisionEngine, checkpoints: CheckpointRegistry) -> None:
+        self.journal = journal
+        self.engine = engine
+        self.checkpoints = checkpoints
+        self._topo_seen: dict[str, bytes] = {}  # job -> last stored encoding (skip identical re-announcements)
+
+    def load(self) -> None:
+        """Rebuild everything a previous run knew (call once, before consuming)."""
+        for job, state in self.journal.states(_CKPT).items():
+            self.checkpoints.restore(job, state)
+        for job, state in self.journal.states(_TOPO).items():
+            record = msgspec.convert(state, JobTopology, strict=False)
+            self.engine.observe_topology(record)
+            self._topo_seen[job] = msgspec.json.encode(state)
+        self.engine.restore(self.journal.get_state(_ENGINE))
+
+    def observe_checkpoint(self, event: CheckpointEvent) -> None:
+        """Apply a checkpoint announcement and journal the job's new checkpoint list."""
+        if event.tier and event.tier not in JOURNALED:  # every step, ephemeral: apply, never journal
+            self.checkpoints.observe(event)
+            return
+        before = self.checkpoints.snapshot(event.job)
+        self.checkpoints.observe(event)
+        after = self.checkpoints.snapshot(event.job)
+        if after != before:
+            self.journal.put_state(_CKPT + event.job, after)
+
+    def observe_topology(self, record: JobTopology) -> None:
+        """Apply a topology announcement; journal it when it differs from the last one."""
+        self.engine.observe_topology(record)
+        state: dict[str, Any] = msgspec.to_builtins(record)
+        state.pop("ts", None)
+        encoded = msgspec.json.encode(state)
+        if self._topo_seen.get(record.job) != encoded:
+            if len(self._topo_seen) >= self.engine.topologies.cap:
+                self._topo_seen.pop(next(iter(self._topo_seen)))
+            self._topo_seen[record.job] = encoded
+            self.journal.put_state(_TOPO + record.job, {**state, "ts": record.ts})
+
+    def engine_state(self) -> dict[str, dict[str, Any]]:
+        """The engine's memory, to journal atomically with the decision that changed it."""
+        return {_ENGINE: self.engine.snapshot()}

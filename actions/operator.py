@@ -1,0 +1,110 @@
+"""Apply an operator's command (from the console) to the action consumer's state.
+
+The console is a separate service without a signing key: it publishes an
+`OperatorCommand` naming the authenticated operator, and the action consumer
+applies it here. This module is pure: it takes the rails' journaled state
+(the `"rails"` snapshot of breaker, standby pool and evicted nodes) and the
+decision a command names, and returns the new state, the decision's new
+status and the audit entry. Nothing is read from a clock or a socket, so the
+same command on the same state always gives the same outcome, and a replayed
+or stale command is judged by its own timestamp against the `now` it is given.
+
+Why each guard:
+* a command older than `max_age_s` is refused: a consumer group reading the
+  operator topic from the start must not re-apply last week's breaker reset;
+* approve and reject act only on a decision still awaiting approval, so a
+  duplicate click or a redelivered command changes nothing;
+* a node goes back to the standby pool only with a passing self-check report
+  that names it, never on someone's word (as `trainguard actions return-node`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from schemas.records import AuditEntry, Decision, OperatorCommand
+
+DEFAULT_MAX_AGE_S = 300.0
+
+
+@dataclass(frozen=True)
+class OperatorOutcome:
+    """What applying one command changed, and the audit entry that says so."""
+
+    applied: bool
+    message: str
+    rails: dict[str, Any]
+    decision: Decision | None
+    audit: AuditEntry
+
+
+def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], decision: Decision | None,
+                           now: float, max_age_s: float = DEFAULT_MAX_AGE_S) -> OperatorOutcome:
+    """The new rails state and decision after `command`; inputs are not modified.
+
+    `rails` is the journal's `"rails"` blob (`breaker`, `pool`, `evicted` ...);
+    `decision` is the journaled decision `command.subject_id` names, if any.
+    """
+    state = copy.deepcopy(rails)
+    if now - command.ts > max_age_s:
+        return _outcome(command, False, f"refused: command is {now - command.ts:.0f}s old (max {max_age_s:g}s)",
+                        state, decision, now)
+    if command.verb in ("approve", "reject"):
+        return _decide(command, state, decision, now)
+    if command.verb == "reset_breaker":
+        breaker = state.get("breaker", {})
+        was = f"was tripped: {breaker.get('reason', '')}" if breaker.get("tripped") else "was not tripped"
+        state["breaker"] = {"tripped": False, "reason": "", "evictions": []}
+        return _outcome(command, True, f"circuit breaker reset ({was})", state, decision, now)
+    return _return_node(command, state, decision, now)
+
+
+def passing_selfcheck(report: dict[str, Any], node: str) -> bool:
+    """True when `report` (a `trainguard selfcheck` JSON) passed and covered `node`."""
+    machines = report.get("machines") or [m for s in report.get("stages", []) if isinstance(s, dict)
+                                          for m in s.get("detail", {}).get("digests", {})]
+    return report.get("passed") is True and node in machines
+
+
+def _decide(command: OperatorCommand, state: dict[str, Any], decision: Decision | None,
+            now: float) -> OperatorOutcome:
+    if decision is None or decision.status != "awaiting_approval":
+        status = "unknown" if decision is None else decision.status
+        return _outcome(command, False, f"decision {command.subject_id} is not awaiting approval ({status})",
+                        state, decision, now)
+    new_status = "planned" if command.verb == "approve" else "blocked"
+    updated = msgspec.structs.replace(decision, status=new_status)
+    verb = "approved" if command.verb == "approve" else "rejected"
+    why = f": {command.reason}" if command.reason else ""
+    return _outcome(command, True, f"{verb} by {command.operator}{why}", state, updated, now)
+
+
+def _return_node(command: OperatorCommand, state: dict[str, Any], decision: Decision | None,
+                 now: float) -> OperatorOutcome:
+    node = command.subject_id
+    if not passing_selfcheck(command.report, node):
+        return _outcome(command, False, f"{node} stays out: no passing self-check report of it", state, decision, now)
+    pool = state.setdefault("pool", {"spares": [], "swaps": {}})
+    spares = pool.setdefault("spares", [])
+    if node in spares:
+        return _outcome(command, False, f"{node} is already in the standby pool", state, decision, now)
+    spares.append(node)
+    for job, gone in state.get("evicted", {}).items():
+        state["evicted"][job] = [n for n in gone if n != node]
+    return _outcome(command, True, f"{node} returned to the standby pool ({len(spares)} ready)", state, decision, now)
+
+
+def _outcome(command: OperatorCommand, applied: bool, message: str, state: dict[str, Any],
+             decision: Decision | None, now: float) -> OperatorOutcome:
+    detail: dict[str, Any] = {"command": command.id, "verb": command.verb, "applied": applied, "message": message,
+                              "reason": command.reason}
+    if decision is not None:
+        detail["job"] = decision.job
+        detail["incident"] = decision.incident_id
+    audit = AuditEntry(ts=now, event=f"operator_{command.verb}", subject_id=command.subject_id or command.verb,
+                       detail=detail, actor=command.operator)
+    return OperatorOutcome(applied, message, state, decision, audit)

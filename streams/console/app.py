@@ -1,0 +1,304 @@
+"""The console's aiohttp application: page, JSON API, server-sent events, auth middleware.
+
+aiohttp rather than FastAPI: it is already installed (Faust is built on it),
+it is asyncio-native like aiokafka, and its streaming responses carry
+server-sent events without another dependency. FastAPI would add an OpenAPI
+page for free, but also pydantic-v2/starlette/uvicorn pins to a service that
+has eleven routes; `GET /api` lists them with their docstrings instead, and
+docs/console.md documents each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from schemas.records import AuditEntry, OperatorCommand
+from streams.console import views
+from streams.console.auth import (CSRF_COOKIE, SESSION_COOKIE, Authenticator, Identity, csrf_ok, same_origin)
+from streams.console.feed import ConsoleFeed
+from streams.console.settings import ConsoleSettings
+
+STATIC = Path(__file__).parent / "static"
+VENDOR = ("vendor/uPlot.iife.min.js", "vendor/uPlot.min.css")
+PUBLIC = ("/", "/api/health", "/api/login", "/api/logout")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+FEED = web.AppKey("feed", ConsoleFeed)
+AUTH = web.AppKey("auth", Authenticator)
+CFG = web.AppKey("cfg", ConsoleSettings)
+IDENTITY = web.RequestKey("identity", Identity)
+
+
+class AssetsMissing(RuntimeError):
+    """The charting library was not installed (`make install` fetches it)."""
+
+
+def check_assets(static: Path = STATIC) -> None:
+    """Refuse to serve a page whose charts cannot load."""
+    missing = [name for name in VENDOR if not (static / name).is_file()]
+    if missing:
+        raise AssetsMissing(f"console assets missing: {static / missing[0]} (run `make install`, which runs "
+                            "tools/install_web_assets.sh to fetch uPlot from npm)")
+
+
+def create_app(feed: ConsoleFeed, auth: Authenticator, cfg: ConsoleSettings, *, manage_feed: bool = True) -> web.Application:
+    """The application; with `manage_feed` it starts and stops the Kafka feed with itself."""
+    check_assets()
+    app = web.Application(middlewares=[_guard])
+    app[FEED], app[AUTH], app[CFG] = feed, auth, cfg
+    app.router.add_get("/", _index)
+    app.router.add_static("/static/", STATIC)
+    app.router.add_get("/api", _api_index)
+    app.router.add_get("/api/health", health)
+    app.router.add_post("/api/login", login)
+    app.router.add_post("/api/logout", logout)
+    app.router.add_get("/api/me", me)
+    app.router.add_get("/api/fleet", fleet)
+    app.router.add_get("/api/jobs", jobs)
+    app.router.add_get("/api/jobs/{job}", job)
+    app.router.add_get("/api/incidents", incidents)
+    app.router.add_get("/api/incidents/{id}", incident)
+    app.router.add_get("/api/controls", controls)
+    app.router.add_get("/api/events", events)
+    app.router.add_post("/api/decisions/{id}/approve", approve)
+    app.router.add_post("/api/decisions/{id}/reject", reject)
+    app.router.add_post("/api/breaker/reset", reset_breaker)
+    app.router.add_post("/api/standby/{node}/return", return_node)
+    if manage_feed:
+        app.on_startup.append(lambda a: a[FEED].start())
+        app.on_cleanup.append(lambda a: a[FEED].stop())
+    return app
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Authenticate everything but the login page; operators only, with CSRF, for state changes."""
+    path = request.path
+    if path in PUBLIC or path.startswith("/static/"):
+        if request.method == "POST" and not same_origin(request.headers, request.host):
+            return _error(403, "cross-origin request refused")
+        return await handler(request)
+    who = request.app[AUTH].identify(request.headers, request.cookies)
+    if who is None and path == "/api/me":  # the page asks before showing its login form: not an error
+        return _json({"authenticated": False})
+    if who is None:
+        return _error(401, "authentication required", headers={"WWW-Authenticate": 'Bearer realm="trainguard"'})
+    request[IDENTITY] = who
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        if not who.can_act:
+            return _error(403, f"{who.name} is a viewer; only operators act")
+        if who.needs_csrf and not (csrf_ok(request.headers, request.cookies) and
+                                   same_origin(request.headers, request.host)):
+            return _error(403, "CSRF token missing or wrong (send the tg_csrf cookie's value as X-CSRF-Token)")
+    return await handler(request)
+
+
+# ------------------------------------------------------------------ pages and session
+
+
+async def _index(request: web.Request) -> web.StreamResponse:
+    return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+async def _api_index(request: web.Request) -> web.StreamResponse:
+    """This list: every route with what it does."""
+    routes = [{"method": r.method, "path": r.resource.canonical, "doc": (r.handler.__doc__ or "").strip()}
+              for r in request.app.router.routes() if r.resource is not None and
+              r.resource.canonical.startswith("/api") and r.method != "HEAD"]
+    return _json(routes)
+
+
+async def health(request: web.Request) -> web.StreamResponse:
+    """Liveness and whether the console has read the topics' history (no auth)."""
+    feed = request.app[FEED]
+    return _json({"ok": feed.alive, "caught_up": feed.caught_up, "records": feed.records})
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    """Exchange a token ({"token": ...}) for an HttpOnly session cookie and a CSRF cookie."""
+    try:
+        body = await request.json()
+    except json.JSONDecodeError:
+        body = {}
+    who = request.app[AUTH].by_token(str(body.get("token", "")), "cookie") if isinstance(body, dict) else None
+    if who is None:
+        return _error(401, "unknown token")
+    resp = _json(_who(who))
+    secure = request.app[CFG].secure_cookies
+    resp.set_cookie(SESSION_COOKIE, str(body["token"]), httponly=True, samesite="Strict", secure=secure, path="/")
+    resp.set_cookie(CSRF_COOKIE, secrets.token_urlsafe(24), samesite="Strict", secure=secure, path="/")
+    return resp
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    """Forget the session cookie."""
+    resp = _json({"ok": True})
+    resp.del_cookie(SESSION_COOKIE, path="/")
+    return resp
+
+
+async def me(request: web.Request) -> web.StreamResponse:
+    """Who you are and your role; sets the CSRF cookie if you have none (ingress users)."""
+    resp = _json(_who(request[IDENTITY]))
+    if not request.cookies.get(CSRF_COOKIE):
+        resp.set_cookie(CSRF_COOKIE, secrets.token_urlsafe(24), samesite="Strict",
+                        secure=request.app[CFG].secure_cookies, path="/")
+    return resp
+
+
+# ------------------------------------------------------------------ views
+
+
+async def fleet(request: web.Request) -> web.StreamResponse:
+    """Every node with its state (healthy, suspect, evicted, in_repair, standby) and job."""
+    return _json(views.fleet(request.app[FEED].state, suspect_s=request.app[CFG].suspect_s))
+
+
+async def jobs(request: web.Request) -> web.StreamResponse:
+    """One row per job: nodes, last step and loss, ETTR, incident count."""
+    return _json(views.jobs(request.app[FEED].state))
+
+
+async def job(request: web.Request) -> web.StreamResponse:
+    """One job: step/loss/step-time/MFU series, ETTR and its timeline, incidents, checkpoints."""
+    out = views.job(request.app[FEED].state, request.match_info["job"])
+    return _error(404, "no such job") if out is None else _json(out)
+
+
+async def incidents(request: web.Request) -> web.StreamResponse:
+    """Incidents newest first; query: limit (<=500), offset, kind, job."""
+    q = request.query
+    try:
+        limit, offset = min(int(q.get("limit", 100)), 500), max(int(q.get("offset", 0)), 0)
+    except ValueError:
+        return _error(400, "limit and offset must be integers")
+    return _json(views.incidents(request.app[FEED].state, limit=limit, offset=offset, kind=q.get("kind", ""),
+                                 job_name=q.get("job", "")))
+
+
+async def incident(request: web.Request) -> web.StreamResponse:
+    """One incident: evidence, anomalies, scope, decision, plan steps with results, audit."""
+    out = views.incident(request.app[FEED].state, request.match_info["id"])
+    return _error(404, "no such incident") if out is None else _json(out)
+
+
+async def controls(request: web.Request) -> web.StreamResponse:
+    """Pending approvals, breaker state, standby pool, evicted nodes and their self-checks."""
+    return _json(views.controls(request.app[FEED].state))
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """Server-sent events: incident, decision, result, audit, rails, operator, resync."""
+    feed = request.app[FEED]
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                       "X-Accel-Buffering": "no"})
+    await resp.prepare(request)
+    queue = feed.subscribe()
+    try:
+        await resp.write(b": connected\n\n")
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), timeout=15.0)
+            except asyncio.TimeoutError:
+                await resp.write(b": keep-alive\n\n")
+                continue
+            await resp.write(b"event: %s\ndata: %s\n\n" % (event["type"].encode(), msgspec.json.encode(event["data"])))
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        feed.unsubscribe(queue)
+    return resp
+
+
+# ------------------------------------------------------------------ operator actions
+
+
+async def approve(request: web.Request) -> web.StreamResponse:
+    """Approve a decision awaiting approval; act executes it. Operators only."""
+    return await _decision_verb(request, "approve")
+
+
+async def reject(request: web.Request) -> web.StreamResponse:
+    """Reject a decision awaiting approval ({"reason": ...}); act blocks it. Operators only."""
+    return await _decision_verb(request, "reject")
+
+
+async def reset_breaker(request: web.Request) -> web.StreamResponse:
+    """Close the circuit breaker ({"reason": ...}). Operators only."""
+    body = await _body(request)
+    return await _send(request, "reset_breaker", "", str(body.get("reason", "")), {})
+
+
+async def return_node(request: web.Request) -> web.StreamResponse:
+    """Return an evicted node to the standby pool after a passing self-check. Operators only.
+
+    Body: {"report": <selfcheck JSON>} optional; without it the latest passing
+    self-check result act's agents published for the node is sent.
+    """
+    node = request.match_info["node"]
+    body = await _body(request)
+    report = body.get("report")
+    if not isinstance(report, dict):
+        check = request.app[FEED].state.selfchecks.get(node)
+        report = check.details if check is not None and check.details.get("passed") is True else None
+    if report is None:
+        return _error(409, f"no passing self-check of {node} is known; run one first")
+    return await _send(request, "return_node", node, str(body.get("reason", "")), report)
+
+
+async def _decision_verb(request: web.Request, verb: str) -> web.StreamResponse:
+    did = request.match_info["id"]
+    state = request.app[FEED].state
+    if did not in state.decisions:
+        return _error(404, f"no decision {did}")
+    if state.status.get(did) != "awaiting_approval":
+        return _error(409, f"decision {did} is {state.status.get(did)}, not awaiting approval")
+    body = await _body(request)
+    return await _send(request, verb, did, str(body.get("reason", "")), {})
+
+
+async def _send(request: web.Request, verb: str, subject: str, reason: str, report: dict[str, Any]) -> web.StreamResponse:
+    """Audit the request under the operator's name, then publish the command for act."""
+    who: Identity = request[IDENTITY]
+    now = time.time()
+    command = OperatorCommand(ts=now, id=f"op-{uuid.uuid4().hex[:16]}", verb=verb, operator=who.name,  # type: ignore[arg-type]
+                              subject_id=subject, reason=reason, report=report)
+    feed = request.app[FEED]
+    dec = feed.state.decisions.get(subject)
+    await feed.publish(AuditEntry(ts=now, event=f"console_{verb}", subject_id=subject or verb, actor=who.name,
+                                  detail={"command": command.id, "via": who.via, "role": who.role, "reason": reason,
+                                          "job": dec.job if dec else ""}))
+    await feed.publish(command)
+    return _json({"command": command.id, "verb": verb, "subject_id": subject, "operator": who.name}, status=202)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except json.JSONDecodeError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _who(who: Identity) -> dict[str, Any]:
+    return {"authenticated": True, "name": who.name, "role": who.role, "via": who.via, "can_act": who.can_act}
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=msgspec.json.encode(data), status=status, content_type="application/json")
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=msgspec.json.encode({"error": message}), status=status, content_type="application/json",
+                        headers=headers)

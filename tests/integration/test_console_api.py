@@ -1,0 +1,135 @@
+"""The console's JSON API over the real broker: auth, roles, CSRF, operator commands, live events."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from kafka import KafkaConsumer, KafkaProducer
+
+from schemas.codec import Codec
+from schemas.records import AuditEntry, Incident, OperatorCommand, Record
+from schemas.topics import Topics, key_for
+from streams.admin import ensure_topics
+from streams.console.app import create_app
+from streams.console.auth import Authenticator, User
+from streams.console.feed import ConsoleFeed
+from streams.console.settings import ConsoleSettings
+from streams.console.state import ConsoleState
+
+pytestmark = pytest.mark.broker
+USERS = [User(name="alice", role="operator", token="op"), User(name="victor", role="viewer", token="view")]
+OP, VIEW = {"Authorization": "Bearer op"}, {"Authorization": "Bearer view"}
+
+
+def with_console(kafka: str, prefix: str, body: Callable[[TestClient[Any, Any]], Awaitable[None]],
+                 auth: Authenticator | None = None) -> None:
+    topics = Topics(prefix)
+    ensure_topics(kafka, topics.all(), partitions=2, replication=1)
+
+    async def main() -> None:
+        feed = ConsoleFeed(kafka, topics, ConsoleState())
+        client = TestClient(TestServer(create_app(feed, auth or Authenticator(USERS), ConsoleSettings())))
+        await client.start_server()
+        try:
+            for _ in range(100):
+                if feed.caught_up:
+                    break
+                await asyncio.sleep(0.1)
+            await body(client)
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
+def read(kafka: str, name: str, count: int, timeout_s: float = 20.0) -> list[Record]:
+    consumer = KafkaConsumer(name, bootstrap_servers=kafka, auto_offset_reset="earliest", group_id=None)
+    out: list[Record] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < count and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=300).values():
+            out.extend(Codec().decode(m.value) for m in batch)
+    consumer.close()
+    return out
+
+
+def test_no_action_without_an_operator_and_csrf(kafka: str, topic_prefix: str) -> None:
+    async def body(c: TestClient[Any, Any]) -> None:
+        assert (await c.get("/api/fleet")).status == 401
+        assert await (await c.get("/api/me")).json() == {"authenticated": False}
+        assert (await c.post("/api/breaker/reset")).status == 401
+        assert (await c.post("/api/breaker/reset", headers=VIEW)).status == 403
+        assert (await c.post("/api/breaker/reset", auth=None, headers={"Authorization": "Basic YWxpY2U6b3A="})).status == 403
+        assert (await c.post("/api/login", json={"token": "nope"})).status == 401
+        login = await c.post("/api/login", json={"token": "op"})
+        assert login.status == 200 and (await login.json())["name"] == "alice"
+        assert (await c.post("/api/breaker/reset")).status == 403  # cookie alone: no CSRF header
+        csrf = c.session.cookie_jar.filter_cookies(c.make_url("/"))["tg_csrf"].value
+        assert (await c.post("/api/breaker/reset", headers={"X-CSRF-Token": csrf, "Origin": "http://evil.example"})).status == 403
+        ok = await c.post("/api/breaker/reset", headers={"X-CSRF-Token": csrf}, json={"reason": "switch fixed"})
+        assert ok.status == 202
+        assert (await c.post("/api/decisions/unknown/approve", headers=OP)).status == 404
+        assert (await c.post("/api/standby/n9/return", headers=OP)).status == 409
+
+    with_console(kafka, topic_prefix, body)
+    commands = [r for r in read(kafka, topic_prefix + "operator", 1) if isinstance(r, OperatorCommand)]
+    assert len(commands) == 1 and commands[0].operator == "alice" and commands[0].verb == "reset_breaker"
+    assert commands[0].reason == "switch fixed"
+    audit = [r for r in read(kafka, topic_prefix + "audit", 1) if isinstance(r, AuditEntry)]
+    assert audit[0].event == "console_reset_breaker" and audit[0].actor == "alice"
+    assert audit[0].detail["command"] == commands[0].id and audit[0].detail["via"] == "cookie"
+
+
+def test_views_and_live_events(kafka: str, topic_prefix: str) -> None:
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    inc = Incident(ts=time.time(), id="inc-live", kind="nan", job="j", onset=time.time(), detected_at=time.time(),
+                   evidence={"loss": "nan"})
+
+    async def body(c: TestClient[Any, Any]) -> None:
+        events = await c.get("/api/events", headers=VIEW)
+        assert events.status == 200 and events.headers["Content-Type"].startswith("text/event-stream")
+        assert await events.content.readline() == b": connected\n"
+        producer.send(Topics(topic_prefix).for_record(inc), key=key_for(inc), value=Codec().encode(inc))
+        producer.flush()
+        seen = b""
+        async with asyncio.timeout(15):
+            while b"inc-live" not in seen:
+                seen += await events.content.readline()
+        assert b"event: incident" in seen
+        events.close()
+        detail = await (await c.get("/api/incidents/inc-live", headers=VIEW)).json()
+        assert detail["incident"]["evidence"] == {"loss": "nan"} and detail["decision"] is None
+        page = await (await c.get("/api/incidents?limit=1", headers=VIEW)).json()
+        assert page["total"] == 1 and page["items"][0]["id"] == "inc-live"
+        assert (await c.get("/api/incidents?limit=x", headers=VIEW)).status == 400
+        assert (await c.get("/api/jobs/j", headers=VIEW)).status == 200
+        routes = await (await c.get("/api", headers=VIEW)).json()
+        assert any(r["method"] == "POST" and r["path"] == "/api/breaker/reset" and r["doc"] for r in routes)
+
+    with_console(kafka, topic_prefix, body)
+    producer.close()
+
+
+def test_behind_an_oidc_ingress_the_header_names_the_operator(kafka: str, topic_prefix: str) -> None:
+    auth = Authenticator([], user_header="X-Forwarded-User", groups_header="X-Forwarded-Groups",
+                         operator_groups=["sre-oncall"])
+    carol = {"X-Forwarded-User": "carol", "X-Forwarded-Groups": "staff,sre-oncall"}
+
+    async def body(c: TestClient[Any, Any]) -> None:
+        me = await c.get("/api/me", headers=carol)
+        assert (await me.json())["name"] == "carol" and (await me.json())["can_act"] is True
+        csrf = c.session.cookie_jar.filter_cookies(c.make_url("/"))["tg_csrf"].value
+        assert (await c.post("/api/breaker/reset", headers=carol)).status == 403  # the ingress header is not CSRF-proof
+        assert (await c.post("/api/breaker/reset", headers={**carol, "X-CSRF-Token": csrf})).status == 202
+        dave = {"X-Forwarded-User": "dave", "X-Forwarded-Groups": "staff", "X-CSRF-Token": csrf}
+        assert (await c.post("/api/breaker/reset", headers=dave)).status == 403
+        assert (await c.get("/api/fleet", headers={"X-Forwarded-Groups": "sre-oncall"})).status == 401
+
+    with_console(kafka, topic_prefix, body, auth)
+    commands = [r for r in read(kafka, topic_prefix + "operator", 1) if isinstance(r, OperatorCommand)]
+    assert [c.operator for c in commands] == ["carol"]

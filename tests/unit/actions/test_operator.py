@@ -1,0 +1,70 @@
+"""actions.operator: a console operator's command applied to act's rails and decisions (pure)."""
+
+from __future__ import annotations
+
+from actions.operator import apply_operator_command, passing_selfcheck
+from schemas.records import Decision, OperatorCommand, PlannedAction
+
+RAILS = {"breaker": {"tripped": True, "reason": "3/8 nodes of job llm", "evictions": [[1.0, "llm", "n1"]]},
+         "pool": {"spares": ["s1"], "swaps": {"s0": "n3"}}, "evicted": {"llm": ["n3", "n4"]}}
+
+
+def cmd(verb: str, subject: str = "", ts: float = 100.0, **kw: object) -> OperatorCommand:
+    return OperatorCommand(ts=ts, id=f"op-{verb}", verb=verb, operator="alice", subject_id=subject, **kw)  # type: ignore[arg-type]
+
+
+def decision(status: str = "awaiting_approval") -> Decision:
+    return Decision(ts=1.0, id="d1", incident_id="i1", job="llm", kind="hw_fault", rule="r", reason="why",
+                    plan=[PlannedAction(action="evict_node", nodes=["n1"])], status=status)  # type: ignore[arg-type]
+
+
+def test_approve_moves_an_awaiting_decision_to_planned_and_audits_the_operator() -> None:
+    out = apply_operator_command(cmd("approve", "d1"), rails=RAILS, decision=decision(), now=101.0)
+    assert out.applied and out.decision is not None and out.decision.status == "planned"
+    assert out.audit.actor == "alice" and out.audit.event == "operator_approve"
+    assert out.audit.detail["command"] == "op-approve" and out.audit.detail["job"] == "llm"
+
+
+def test_reject_blocks_and_a_second_click_changes_nothing() -> None:
+    out = apply_operator_command(cmd("reject", "d1", reason="flaky switch"), rails=RAILS, decision=decision(),
+                                 now=101.0)
+    assert out.applied and out.decision is not None and out.decision.status == "blocked"
+    assert "flaky switch" in out.message
+    again = apply_operator_command(cmd("approve", "d1"), rails=RAILS, decision=out.decision, now=101.0)
+    assert not again.applied and again.decision is out.decision and "not awaiting" in again.message
+
+
+def test_unknown_decision_is_refused() -> None:
+    out = apply_operator_command(cmd("approve", "nope"), rails=RAILS, decision=None, now=101.0)
+    assert not out.applied and out.decision is None
+
+
+def test_reset_closes_the_breaker_without_touching_the_input() -> None:
+    out = apply_operator_command(cmd("reset_breaker"), rails=RAILS, decision=None, now=101.0)
+    assert out.applied and out.rails["breaker"] == {"tripped": False, "reason": "", "evictions": []}
+    assert RAILS["breaker"]["tripped"] is True  # pure: the caller's state is unchanged
+    assert out.rails["pool"] == RAILS["pool"]
+
+
+def test_a_stale_command_is_refused() -> None:
+    out = apply_operator_command(cmd("reset_breaker", ts=100.0), rails=RAILS, decision=None, now=1000.0,
+                                 max_age_s=300.0)
+    assert not out.applied and out.rails["breaker"]["tripped"] is True and "old" in out.message
+
+
+def test_return_node_needs_a_passing_selfcheck_of_that_node() -> None:
+    passing = {"passed": True, "machines": ["n3"]}
+    refused = apply_operator_command(cmd("return_node", "n3", report={"passed": False, "machines": ["n3"]}),
+                                     rails=RAILS, decision=None, now=101.0)
+    assert not refused.applied and refused.rails["pool"]["spares"] == ["s1"]
+    other = apply_operator_command(cmd("return_node", "n4", report=passing), rails=RAILS, decision=None, now=101.0)
+    assert not other.applied
+    out = apply_operator_command(cmd("return_node", "n3", report=passing), rails=RAILS, decision=None, now=101.0)
+    assert out.applied and out.rails["pool"]["spares"] == ["s1", "n3"] and out.rails["evicted"]["llm"] == ["n4"]
+    twice = apply_operator_command(cmd("return_node", "n3", report=passing), rails=out.rails, decision=None, now=101.0)
+    assert not twice.applied and twice.rails["pool"]["spares"] == ["s1", "n3"]
+
+
+def test_passing_selfcheck_reads_stage_digests_too() -> None:
+    report = {"passed": True, "stages": [{"detail": {"digests": {"n7": "abc"}}}]}
+    assert passing_selfcheck(report, "n7") and not passing_selfcheck(report, "n8")
