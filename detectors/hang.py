@@ -54,7 +54,8 @@ SPIN_UTIL_PCT = 90.0
 class _Job:
     __slots__ = ("max_step", "attempt", "progress_ts", "intervals", "paused_by", "alive_ts", "fired",
                  "rank_step", "rank_node", "rank_beat", "stacks", "pause_ts", "pause_phase", "pauses", "announced",
-                 "exit_ts", "pause_step", "pause_key", "resumed", "nodes", "spinning", "spin_ts", "saving")
+                 "exit_ts", "pause_step", "pause_key", "resumed", "nodes", "spinning", "spin_ts", "saving",
+                 "last_pause")
 
     def __init__(self, ts: float) -> None:
         self.max_step = -1
@@ -80,6 +81,7 @@ class _Job:
         self.spinning: set[str] = set()  # nodes whose GPUs spin while their RDMA is silent
         self.spin_ts: float | None = None  # since when every node of the job spins
         self.saving = False  # a checkpoint started and not yet saved
+        self.last_pause: tuple[int, frozenset[str]] = (-1, frozenset())  # the step and phases of the last pause
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(getattr(self, s) for s in self.__slots__)
@@ -257,6 +259,11 @@ class HangDetector(Detector):
             return
         if 0 < step < job.max_step and phase in MEASURED_PAUSES:
             return  # a stale announcement (late or skewed) from before the job's last step
+        if job.paused_by is None and phase in job.last_pause[1] and 0 < step <= job.last_pause[0]:
+            return  # a late report of the pause that just ended (heartbeats lag behind the steps)
+        if job.paused_by is not None and announced and step > job.pause_step >= 0 and \
+                job.pause_key & MEASURED_PAUSES and phase in MEASURED_PAUSES:
+            self._resume(job, ts)  # announced at a later step: the job stepped since, that pause is over
         if job.paused_by is None:
             job.pause_ts, job.pause_phase, job.announced = ts, phase, announced
             job.pause_step, job.pause_key = max(job.max_step, step), frozenset((phase,))
@@ -285,6 +292,7 @@ class HangDetector(Detector):
             if key not in job.pauses:
                 job.pauses[key] = Rolling(8)
             job.pauses[key].add(ts - job.pause_ts)
+        job.last_pause = (job.pause_step, job.pause_key)
         job.paused_by = None
         job.resumed = set()
         job.progress_ts = max(job.progress_ts, ts)  # the stall clock restarts after a pause

@@ -92,6 +92,7 @@ class NanDetector(Detector):
         self._open: Bounded[str, tuple[int, int, int]] = Bounded(max_jobs)  # job -> reported (attempt, step, rank)
         self._pending: Bounded[str, _First] = Bounded(max_jobs)
         self._world: Bounded[str, Bounded[int, None]] = Bounded(max_jobs)  # job -> ranks seen reporting steps
+        self._recent: Bounded[str, dict[int, set[int]]] = Bounded(max_jobs)  # job -> {step: ranks}, last 2 steps
 
     def observe(self, record: Record) -> list[Anomaly]:
         if not isinstance(record, TrainingStep):
@@ -100,6 +101,7 @@ class NanDetector(Detector):
         if ranks is None:
             self._world[record.job] = ranks = rank_map()
         ranks[record.rank] = None
+        self._note(record)
         if self._pending:  # any job's steps move event time on: report what has settled
             due = self._due(record)
             if due:
@@ -118,12 +120,29 @@ class NanDetector(Detector):
         first = self._pending.get(record.job)
         if first is None or record.attempt > first.attempt:
             self._pending[record.job] = first = _First(record, bad)
+            first.heard = set(self._recent.get(record.job, {}).get(record.step, ()))  # peers already in
         elif record.attempt == first.attempt and _order(record.step, bad, record.ts) < _order(first.step, first.fields,
                                                                                               first.ts):
             seen, heard = first.seen, first.heard
             self._pending[record.job] = first = _First(record, bad)
-            first.seen, first.heard = seen, heard
+            first.seen = seen
+            first.heard = heard if record.step == first.step else set(
+                self._recent.get(record.job, {}).get(record.step, ()))
         return self._heard(first, record)
+
+    def _note(self, record: TrainingStep) -> None:
+        """Which ranks reported the job's last two steps: a NaN's peers may arrive before it."""
+        steps = self._recent.get(record.job)
+        if steps is None:
+            self._recent[record.job] = steps = {}
+        ranks = steps.get(record.step)
+        if ranks is None:
+            if steps and record.step < max(steps) - 1:
+                return
+            steps[record.step] = ranks = set()
+            for old in [k for k in steps if k < record.step - 1]:
+                del steps[old]
+        ranks.add(record.rank)
 
     def _heard(self, first: _First, record: TrainingStep) -> list[Anomaly]:
         """Every rank's record of the NaN's step is in: nothing earlier can still arrive, report now."""
@@ -178,7 +197,8 @@ class NanDetector(Detector):
         ]
 
     def state_size(self) -> int:
-        return len(self._open) + len(self._pending) + sum(len(r) for r in self._world.values())
+        return len(self._open) + len(self._pending) + sum(len(r) for r in self._world.values()) + sum(
+            len(r) for steps in self._recent.values() for r in steps.values())
 
 
 def _order(step: int, fields: list[str], ts: float) -> tuple[int, int, float]:

@@ -181,3 +181,26 @@ def test_late_heartbeats_of_the_old_phase_do_not_revive_a_stopped_jobs_pause() -
     f.ts += 300.0
     out += feed(d, [f.phase("init")] + f.samples())
     assert out == []
+
+
+def test_a_late_heartbeat_of_the_pause_that_just_ended_does_not_start_another() -> None:
+    f, d = Fleet(step_s=2.0), HangDetector()
+    feed(d, f.steps(30))
+    feed(d, _pause(f, "eval", 60))
+    ended_at = f.step
+    feed(d, f.steps(1))
+    late = [Heartbeat(ts=f.ts, job="job-a", rank=3, node="node-00", step=ended_at, phase="eval")]
+    feed(d, late)
+    assert d._jobs["job-a"].paused_by is None
+
+
+def test_a_pause_announced_one_step_after_another_is_a_new_pause() -> None:
+    """eval ends, one step completes, a checkpoint begins: two pauses of their own kinds, not one long one."""
+    f, d = Fleet(step_s=2.0), HangDetector()
+    feed(d, f.steps(30))
+    feed(d, _pause(f, "eval", 60))
+    next_step = f.steps(1)
+    announce = [PhaseChange(ts=f.ts - 0.01, job="job-a", phase="checkpointing", rank=0, node="node-00", step=f.step)]
+    feed(d, announce + next_step)
+    job = d._jobs["job-a"]
+    assert set(job.pauses) == {"eval"} and job.pause_key == frozenset({"checkpointing"})

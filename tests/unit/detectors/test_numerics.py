@@ -144,3 +144,16 @@ def test_nan_is_reported_as_soon_as_every_rank_reported_its_step() -> None:
     assert out == []  # one rank still missing: it could be the origin
     out += d.observe(ranks[-1])
     assert [(a.step, a.ranks) for a in out] == [(6, [4])]
+
+
+def test_nan_origin_arriving_after_all_its_peers_finite_records_is_reported_at_once() -> None:
+    """The origin's host is slow to deliver: every peer's (finite) step record is in before its NaN."""
+    f, d = Fleet(), NanDetector()
+    feed(d, f.steps(5))
+    step = [r for r in f.steps(1, bad={7: {"grad_norm": "inf"}}) if hasattr(r, "rank")]
+    origin = next(r for r in step if r.rank == 7)
+    out = []
+    for rec in [r for r in step if r is not origin]:
+        out += d.observe(rec)
+    assert out == []
+    assert [(a.step, a.ranks) for a in d.observe(origin)] == [(6, [7])]
