@@ -124,7 +124,11 @@ def takeover(servers: str, partitions: int, workdir: Path, args: argparse.Namesp
     preload(servers, topics, args.nodes, args.nodes_per_job, args.events // 4)
     workers = start_workers(servers, prefix, partitions, workdir, 2)
     try:
-        time.sleep(20)  # both joined and committed
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(re.search(r"task \d+ (started fresh|restored)", log.read_text())
+                                                      for _, _, log in workers):
+            time.sleep(0.5)  # both joined the group and own tasks
+        time.sleep(5)  # and committed their state
         killed_at = datetime.now()
         workers[0][0].send_signal(signal.SIGKILL)
         deadline = time.monotonic() + 120
@@ -149,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=256)
     parser.add_argument("--nodes-per-job", type=int, default=8)
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--workers", type=int, nargs="*", default=[1, 2, 4], help="worker counts (none: takeover only)")
     args = parser.parse_args(argv)
     servers = load_settings().broker.servers
     with tempfile.TemporaryDirectory(prefix="tg-scale-") as tmp:
