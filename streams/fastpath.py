@@ -145,7 +145,7 @@ class BatchLoop:
                     next_commit = now + max(self.commit_interval_s, self.snapshot_cost_s / SNAPSHOT_BUDGET)
             if self.metrics is not None and now >= next_lag:
                 next_lag = now + self.lag_interval_s
-                self.metrics.refresh_lag(lambda t, p: consumer.highwater(TopicPartition(t, p)))
+                self.metrics.refresh_lag(lambda t, p: _highwater(consumer, TopicPartition(t, p)))
 
     async def _observe_broker(self, consumer: AIOKafkaConsumer) -> None:
         """Tell each task's clock which partitions are caught up and whether the broker answers.
@@ -299,6 +299,14 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             for tp in set(task.clock.parts) - set(assigned):
                 task.clock.revoke(tp)
         loop.ready = True
+
+
+def _highwater(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """The partition's end offset; None when unknown or no longer ours (a rebalance moved it)."""
+    try:
+        return consumer.highwater(tp)
+    except (AssertionError, IllegalStateError):
+        return None
 
 
 async def _commit_quietly(consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
