@@ -237,10 +237,17 @@ class LocalBroker:
 
 
 def _cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, base64url without padding."""
+    """A Kafka cluster id: 16 random bytes, base64url without padding.
+
+    Like Kafka's own `Uuid.randomUuid`, an id starting with '-' is drawn again:
+    `kafka-storage format -t -abc...` would read it as an option (1 start in 32 failed).
+    """
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def _alive(pid: int) -> bool:
