@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field
 
 
 class KubernetesSettings(BaseModel):
@@ -33,7 +33,6 @@ class ActionSettings(BaseModel):
 
     dry_run: bool = False
     executor: str = Field("local", pattern="^(local|kubernetes|slurm)$")
-    hmac_key: SecretStr = Field(SecretStr("trainguard-dev-key"), description="signs action commands")
     group_id: str = "trainguard-actions"
     state_dir: Path = Field(Path(".trainguard/actions"), description="journal of decisions and plan steps")
     breaker_max_fraction: float = Field(0.25, gt=0, le=1, description="max fraction of nodes evicted per window")

@@ -8,6 +8,12 @@ incident's offset is committed only once its decision is journaled, then
 the plan runs. A redelivered incident finds its decision in the journal and
 causes no second action; a restarted consumer first resumes the journal's
 unfinished plans.
+
+Nothing on these topics is trusted by being there: an `ActionResult` counts
+only when the node it names signed it (`security.node_public_keys`), and
+where Kafka ACLs cannot restrict who writes incidents, only incidents the
+worker signed are acted on (`security.worker_public_keys`). Whatever fails
+is audited (`result_rejected`, `incident_rejected`) and otherwise ignored.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from actions.runner import PlanRunner
 from schemas.codec import Codec, DecodeError
 from schemas.records import (ActionResult, AuditEntry, CheckpointEvent, Decision, Incident, JobTopology, Record,
                              TrainingStep)
+from schemas.signing import KeyRing, signed_by_node
 from schemas.topics import Topics, key_for
 from streams.action_metrics import ActionMetrics
 
@@ -47,6 +54,9 @@ class ActionLoop:
     codec: Codec = field(default_factory=Codec)
     ettr: EttrAccount = field(default_factory=EttrAccount)
     metrics: ActionMetrics = field(default_factory=ActionMetrics)
+    node_keys: KeyRing = field(default_factory=KeyRing)
+    worker_keys: KeyRing = field(default_factory=KeyRing)
+    client_options: dict[str, Any] = field(default_factory=dict)
     _producer: Any = None
 
     def publish(self, record: Record) -> None:
@@ -58,8 +68,9 @@ class ActionLoop:
         """Process until `max_incidents` decisions or `timeout_s`; return the count."""
         consumer = KafkaConsumer(*(self.topics.name(t) for t in (*_FOLLOWED, "action-results", "incidents")),
                                  bootstrap_servers=self.servers, group_id=self.group_id,
-                                 enable_auto_commit=False, auto_offset_reset="earliest")
-        self._producer = KafkaProducer(bootstrap_servers=self.servers, acks="all", linger_ms=5)
+                                 enable_auto_commit=False, auto_offset_reset="earliest", **self.client_options)
+        self._producer = KafkaProducer(bootstrap_servers=self.servers, acks="all", linger_ms=5,
+                                       **self.client_options)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         incidents = self.topics.name("incidents")
         done = 0
@@ -71,7 +82,7 @@ class ActionLoop:
                     polled = self._with_state_caught_up(consumer, polled)
                 for tp, messages in sorted(polled.items(), key=lambda kv: kv[0].topic == incidents):
                     for msg in messages:
-                        done += self._handle(msg.value, on_decision, consumer, tp, msg.offset)
+                        done += self._handle(msg.value, on_decision, consumer, tp, msg.offset, msg.headers)
                 if polled:
                     self._producer.flush()
                     consumer.commit()
@@ -108,11 +119,15 @@ class ActionLoop:
         return merged
 
     def _handle(self, value: bytes, on_decision: OnDecision, consumer: KafkaConsumer, tp: TopicPartition,
-                offset: int) -> int:
+                offset: int, headers: list[tuple[str, bytes]] | None = None) -> int:
         try:
             record = self.codec.decode(value)
         except DecodeError:
             return 0  # the worker dead-letters malformed input; here we only skip it
+        problem = self._distrust(record, value, headers)
+        if problem:
+            self._reject(record, problem, tp, offset)
+            return 0
         if isinstance(record, CheckpointEvent):
             self.checkpoints.observe(record)
         elif isinstance(record, JobTopology):
@@ -128,6 +143,23 @@ class ActionLoop:
         elif isinstance(record, Incident):
             return self._incident(record, on_decision, consumer, tp, offset)
         return 0
+
+    def _distrust(self, record: Record, value: bytes, headers: list[tuple[str, bytes]] | None) -> str:
+        """Why a result or incident must be ignored ("" if trusted)."""
+        if isinstance(record, ActionResult):
+            return signed_by_node(self.node_keys, value, headers, record.node)
+        if isinstance(record, Incident) and self.worker_keys:
+            return self.worker_keys.check(value, headers)[1]
+        return ""
+
+    def _reject(self, record: Record, problem: str, tp: TopicPartition, offset: int) -> None:
+        is_result = isinstance(record, ActionResult)
+        subject = record.command_id if isinstance(record, ActionResult) else getattr(record, "id", "")
+        self.publish(AuditEntry(ts=time.time(), event="result_rejected" if is_result else "incident_rejected",
+                                subject_id=subject,
+                                actor="trainguard-act",
+                                detail={"job": getattr(record, "job", ""), "node": getattr(record, "node", ""),
+                                        "reason": problem, "topic": tp.topic, "offset": offset}))
 
     def _incident(self, incident: Incident, on_decision: OnDecision, consumer: KafkaConsumer, tp: TopicPartition,
                   offset: int) -> int:

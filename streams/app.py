@@ -43,7 +43,8 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
         web_enabled=False,
         consumer_auto_offset_reset="earliest",
     )
-    proc = processor or MessageProcessor(DetectionPipeline.from_settings(settings.detectors), topics)
+    signer = settings.security.signer("worker") if settings.security.worker_private_key else None
+    proc = processor or MessageProcessor(DetectionPipeline.from_settings(settings.detectors), topics, signer=signer)
     app.trainguard_processor = proc  # type: ignore[attr-defined]  # for tests and metrics
     metrics = _metrics(app, settings, proc, topics) if settings.metrics.enabled else None
     outputs = {name: app.topic(topics.name(name), value_serializer="raw", key_serializer="raw")
@@ -56,7 +57,7 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
         if metrics is not None and messages:
             metrics.count_outputs(messages)
         for out in messages:
-            await by_physical[out.topic].send(key=out.key, value=out.value)
+            await by_physical[out.topic].send(key=out.key, value=out.value, headers=out.headers)
 
     if settings.worker.fast_path:
         _run_batch_loop(app, settings, proc, topics, metrics)

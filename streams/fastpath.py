@@ -131,7 +131,7 @@ class BatchLoop:
             return
         if self.metrics is not None:
             self.metrics.count_outputs(outputs)
-        acks = [await producer.send(out.topic, out.value, key=out.key) for out in outputs]
+        acks = [await producer.send(out.topic, out.value, key=out.key, headers=out.headers) for out in outputs]
         await asyncio.gather(*acks)  # every output is on the broker before the offsets move
 
 

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from trainguard import __version__
+from schemas.signing import KeyFileError
 from trainguard.settings import ConfigError, load_settings
 
 COMMANDS: tuple[str, ...] = (
@@ -32,6 +33,7 @@ COMMANDS: tuple[str, ...] = (
     "ettr-sim",
     "detectors",
     "demo",
+    "keys",
 )
 
 
@@ -59,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(args.config)
         code = args.handler(args, settings)
-    except ConfigError as exc:
+    except (ConfigError, KeyFileError) as exc:
         print(f"trainguard: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

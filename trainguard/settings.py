@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from actions.settings import ActionSettings
 from collectors.settings import CollectorSettings
 from detectors.settings import DetectorSettings
+from schemas.keys import SecuritySettings
 
 
 class BrokerSettings(BaseModel):
@@ -79,6 +80,7 @@ class Settings(BaseSettings):
     actions: ActionSettings = Field(default_factory=ActionSettings)
     collectors: CollectorSettings = Field(default_factory=CollectorSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
 
     @classmethod
     def settings_customise_sources(

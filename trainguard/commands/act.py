@@ -70,30 +70,62 @@ def build_loop(settings: Settings, topics: Any, *, executor: str, dry_run: bool)
     from actions.engine import DecisionEngine
     from actions.executors.local import LocalExecutor
     from actions.journal import Journal
-    from actions.runner import PlanRunner, Rails
-    from actions.safety import CircuitBreaker, Cooldown
-    from actions.standby import StandbyPool
-    from schemas.signing import sign
+    from actions.runner import PlanRunner
     from streams.action_consumer import ActionLoop
     from streams.command_bus import KafkaCommandBus
 
-    cfg = settings.actions
-    key = cfg.hmac_key.get_secret_value().encode()
+    cfg, sec = settings.actions, settings.security
+    # No default key: act refuses to execute anything it could not sign (one line, exit 2, via the CLI).
+    signer = None if dry_run else sec.signer("act")
+    node_keys = sec.ring("node") if dry_run else sec.required_ring("node")
     checkpoints = CheckpointRegistry()
     engine = DecisionEngine(checkpoints, dry_run=dry_run, retry_window_s=cfg.retry_window_s,
                             network_confirmations=cfg.network_confirmations)
-    loop = ActionLoop(settings.broker.servers, topics, engine, checkpoints, group_id=cfg.group_id)
-    local = LocalExecutor(bus=KafkaCommandBus(servers=settings.broker.servers, topics=topics),
-                          timeout_s=cfg.command_timeout_s, clock=time.time, sign=partial(sign, key=key))
-    rails = Rails(CircuitBreaker(max_fraction=cfg.breaker_max_fraction, window_s=cfg.breaker_window_s,
-                                 fleet_size=cfg.fleet_size),
-                  Cooldown(cooldown_s=cfg.cooldown_s), StandbyPool(spares=list(cfg.standby_nodes)),
-                  approval_kinds=list(cfg.approval_kinds))
-    loop.runner = PlanRunner(journal=Journal(cfg.state_dir / "journal.sqlite"), rails=rails, node_executor=local,
-                             cluster_executor=_cluster_executor(settings, executor, local), key=key,
+    loop = ActionLoop(settings.broker.servers, topics, engine, checkpoints, group_id=cfg.group_id,
+                      node_keys=node_keys, worker_keys=sec.ring("worker"))
+    if signer is None:  # dry run: decisions are journaled, nothing is ever sent
+        loop.runner = PlanRunner(journal=Journal(cfg.state_dir / "journal.sqlite"), rails=_rails(cfg),
+                                 node_executor=_Refuse(), cluster_executor=_Refuse(), sink=loop.publish,
+                                 clock=time.time, topologies=engine.topologies, reported_attempt=loop.ettr.attempt)
+        return loop
+    bus = KafkaCommandBus(servers=settings.broker.servers, topics=topics, signer=signer, node_keys=node_keys,
+                          ttl_s=sec.command_ttl_s, on_reject=partial(_audit_rejected, loop))
+    local = LocalExecutor(bus=bus, timeout_s=cfg.command_timeout_s, clock=time.time)
+    loop.runner = PlanRunner(journal=Journal(cfg.state_dir / "journal.sqlite"), rails=_rails(cfg), node_executor=local,
+                             cluster_executor=_cluster_executor(settings, executor, local),
                              sink=loop.publish, clock=time.time, topologies=engine.topologies,
                              reported_attempt=loop.ettr.attempt)
     return loop
+
+
+def _rails(cfg: Any) -> Any:
+    from actions.runner import Rails
+    from actions.safety import CircuitBreaker, Cooldown
+    from actions.standby import StandbyPool
+
+    return Rails(CircuitBreaker(max_fraction=cfg.breaker_max_fraction, window_s=cfg.breaker_window_s,
+                                fleet_size=cfg.fleet_size),
+                 Cooldown(cooldown_s=cfg.cooldown_s), StandbyPool(spares=list(cfg.standby_nodes)),
+                 approval_kinds=list(cfg.approval_kinds))
+
+
+class _Refuse:
+    """The executor of a dry run: a planned decision is never executed (dry-run decisions skip the runner)."""
+
+    name = "dry-run"
+    handles = frozenset[str]()
+
+    def execute(self, command: Any, *, targets: list[str]) -> Any:
+        raise RuntimeError("dry run: nothing may be executed")
+
+
+def _audit_rejected(loop: Any, result: Any, reason: str) -> None:
+    """A result that did not verify: audited, never counted."""
+    from schemas.records import AuditEntry
+
+    loop.publish(AuditEntry(ts=time.time(), event="result_rejected", subject_id=getattr(result, "command_id", ""),
+                            actor="trainguard-act", detail={"job": getattr(result, "job", ""),
+                                                            "node": getattr(result, "node", ""), "reason": reason}))
 
 
 def _cluster_executor(settings: Settings, name: str, local: Any) -> Any:

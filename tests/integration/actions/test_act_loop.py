@@ -16,7 +16,8 @@ from typing import Any
 from kafka import KafkaProducer
 
 from schemas.codec import Codec
-from schemas.records import AuditEntry, Decision, Incident, JobTopology
+from schemas.records import ActionResult, AuditEntry, Decision, Incident, JobTopology
+from schemas.signing import load_signer
 from schemas.topics import Topics, key_for
 from streams.admin import ensure_topics
 from trainguard.commands.act import build_loop
@@ -25,7 +26,9 @@ NODES = [f"n{i}" for i in range(8)]
 
 
 def test_burst_across_half_the_nodes_trips_the_breaker(settings_factory: Any, topic_prefix: str, kafka: str,
-                                                        tmp_path: Path, fake_kube: Any, kube_pod: Any) -> None:
+                                                        tmp_path: Path, fake_kube: Any, kube_pod: Any,
+                                                        keys: Any) -> None:
+    keys.node(*NODES)
     pods = [kube_pod(f"trainer-{n}", n) for n in NODES]
     with fake_kube(NODES, pods) as kube:
         settings = settings_factory(actions={
@@ -61,3 +64,43 @@ def test_burst_across_half_the_nodes_trips_the_breaker(settings_factory: Any, to
     assert any(a.event == "standby_exhausted" for a in audit)
     swapped = loop.runner.journal.steps(decided[0].id)[1]  # type: ignore[union-attr]
     assert swapped.action == "swap_standby" and swapped.details["swaps"] == {"n0": "spare-0"}
+
+
+def test_act_trusts_only_signed_incidents_and_results(settings_factory: Any, topic_prefix: str, kafka: str,
+                                                      tmp_path: Path, keys: Any) -> None:
+    """Where ACLs cannot guard the incidents topic, only the worker's signed incidents are acted on;
+    a result counts only when the node it names signed it. Everything else is audited."""
+    keys.node("n1")
+    security = {**keys.security(), "worker_public_keys": [str(keys.root / "worker.pub")]}
+    settings = settings_factory(security=security, actions={"group_id": f"a-{topic_prefix}",
+                                                            "state_dir": str(tmp_path / "act")})
+    topics = Topics(topic_prefix)
+    ensure_topics(kafka, topics.all(), partitions=1, replication=1)
+    worker, n1 = load_signer(keys.root / "worker.key"), load_signer(keys.root / "nodes" / "n1.key")
+    codec, now = Codec(), time.time()
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+
+    def send(record: Any, signer: Any = None) -> None:
+        value = codec.encode(record)
+        producer.send(topics.for_record(record), key=key_for(record), value=value,
+                      headers=signer.headers(value) if signer else None)
+
+    forged_result = ActionResult(ts=now, command_id="c-x", action="self_check", status="failed", job="llm", node="n1")
+    send(forged_result)  # unsigned
+    send(ActionResult(ts=now, command_id="c-y", action="stop", status="ok", job="llm", node="n1"), n1)
+    send(Incident(ts=now, id="forged", kind="hang", job="llm", onset=now, detected_at=now, nodes=["n1"]))
+    send(Incident(ts=now, id="forged-2", kind="hang", job="llm", onset=now, detected_at=now, nodes=["n1"]), n1)
+    send(Incident(ts=now, id="real", kind="hw_fault", job="llm", onset=now, detected_at=now, nodes=["n2"]), worker)
+    producer.flush()
+    producer.close()
+
+    loop = build_loop(settings, topics, executor="local", dry_run=True)
+    audit: list[AuditEntry] = []
+    publish = loop.publish
+    loop.publish = lambda r: (audit.append(r) if isinstance(r, AuditEntry) else None, publish(r))
+    decided: list[Decision] = []
+    assert loop.run(lambda _i, d: decided.append(d), max_incidents=1, timeout_s=60) == 1
+    assert [d.incident_id for d in decided] == ["real"]
+    rejected = {(a.event, a.subject_id) for a in audit if a.event.endswith("_rejected")}
+    assert rejected == {("result_rejected", "c-x"), ("incident_rejected", "forged"),
+                        ("incident_rejected", "forged-2")}

@@ -37,7 +37,7 @@ def runner(state: Path, approval: list[str]) -> tuple[DecisionEngine, PlanRunner
                   approval_kinds=approval)
     return DecisionEngine(CheckpointRegistry()), PlanRunner(
         journal=Journal(state / "journal.sqlite"), rails=rails, node_executor=Ok(), cluster_executor=Ok(),
-        key=b"k", sink=lambda r: None, clock=lambda: 1.0)
+        sink=lambda r: None, clock=lambda: 1.0)
 
 
 def test_log_approve_pool_and_breaker_reset(state: Path, capsys: pytest.CaptureFixture[str]) -> None:

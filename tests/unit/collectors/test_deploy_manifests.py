@@ -43,7 +43,9 @@ def test_training_pod_runs_the_agent() -> None:
     container = pod.spec.containers[0]
     assert container.command[:2] == ["trainguard", "run"] and container.command[-1] == "--"
     names = {e.name for e in container.env}
-    assert {"NODE_NAME", "POD_NAME", "TRAINGUARD_ACTIONS__HMAC_KEY", "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR"} <= names
+    assert {"NODE_NAME", "POD_NAME", "TRAINGUARD_SECURITY__ACT_PUBLIC_KEYS", "TRAINGUARD_SECURITY__NODE_PRIVATE_KEY",
+            "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR"} <= names
+    assert not [e for e in container.env if e.value_from and e.value_from.secret_key_ref]  # no secret in the env
 
 
 def test_dockerfile_copies_existing_packages() -> None:
