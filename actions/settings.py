@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class KubernetesSettings(BaseModel):
     """How the Kubernetes executor reaches the API server."""
+
+    model_config = ConfigDict(extra="forbid")
 
     kubeconfig: str = Field("", description="path to a kubeconfig; empty means in-cluster config")
     host: str = Field("", description="API server URL override (tests point this at a fake)")
@@ -24,12 +26,16 @@ class KubernetesSettings(BaseModel):
 class SlurmSettings(BaseModel):
     """How the Slurm executor calls scontrol."""
 
+    model_config = ConfigDict(extra="forbid")
+
     scontrol: str = "scontrol"
     timeout_s: float = Field(30.0, gt=0)
 
 
 class ActionSettings(BaseModel):
     """How incidents become actions."""
+
+    model_config = ConfigDict(extra="forbid")
 
     dry_run: bool = False
     executor: str = Field("local", pattern="^(local|kubernetes|slurm)$")

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from schemas.kafka_config import client_options
 from schemas.topics import Topics
-
-if TYPE_CHECKING:
-    from trainguard.settings import Settings
+from streams.settings import KafkaConfig
 
 
-def ensure_topics(servers: str, names: list[str], *, partitions: int, replication: int) -> list[str]:
+def ensure_topics(servers: str, names: list[str], *, partitions: int, replication: int,
+                  client_options: dict[str, Any] | None = None) -> list[str]:
     """Create the topics that do not exist yet; return the ones created."""
-    admin = KafkaAdminClient(bootstrap_servers=servers, client_id="trainguard-admin")
+    admin = KafkaAdminClient(bootstrap_servers=servers, client_id="trainguard-admin", **(client_options or {}))
     try:
         existing = set(admin.list_topics())
         missing = [n for n in names if n not in existing]
@@ -32,7 +32,8 @@ def ensure_topics(servers: str, names: list[str], *, partitions: int, replicatio
         admin.close()
 
 
-def ensure_configured_topics(settings: Settings, names: list[str] | None = None) -> list[str]:
+def ensure_configured_topics(settings: KafkaConfig, names: list[str] | None = None) -> list[str]:
     """`ensure_topics` with the configured servers, layout and (by default) every topic of the prefix."""
     return ensure_topics(settings.broker.servers, names or Topics(settings.topics.prefix).all(),
-                         partitions=settings.topics.partitions, replication=settings.topics.replication)
+                         partitions=settings.topics.partitions, replication=settings.topics.replication,
+                         client_options=client_options(settings.broker, "kafka-python"))

@@ -21,15 +21,16 @@ import faust
 from faust.types import TP
 
 from detectors.pipeline import DetectionPipeline
+from schemas.kafka_config import client_options
 from schemas.topics import INPUT_TOPICS, Topics
 from streams.fastpath import BatchLoop
 from streams.idle import IdleClock
 from streams.metrics import WorkerMetrics, detector_state_sizes
 from streams.processor import MessageProcessor, OutMessage, RawMessage
-from trainguard.settings import Settings
+from streams.settings import WorkerConfig
 
 
-def create_app(settings: Settings, processor: MessageProcessor | None = None) -> faust.App:
+def create_app(settings: WorkerConfig, processor: MessageProcessor | None = None) -> faust.App:
     """Build the worker app: topics, agents, idle timer."""
     topics = Topics(settings.topics.prefix)
     settings.worker.state_dir.mkdir(parents=True, exist_ok=True)
@@ -42,6 +43,7 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
         topic_replication_factor=settings.topics.replication,
         web_enabled=False,
         consumer_auto_offset_reset="earliest",
+        **client_options(settings.broker, "faust"),
     )
     signer = settings.security.signer("worker") if settings.security.worker_private_key else None
     proc = processor or MessageProcessor(DetectionPipeline.from_settings(settings.detectors), topics, signer=signer)
@@ -84,7 +86,7 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
     return app
 
 
-def _metrics(app: faust.App, settings: Settings, proc: MessageProcessor, topics: Topics) -> WorkerMetrics:
+def _metrics(app: faust.App, settings: WorkerConfig, proc: MessageProcessor, topics: Topics) -> WorkerMetrics:
     """The worker's Prometheus metrics; the HTTP endpoint only when a port is set."""
     metrics = WorkerMetrics(stats=proc.stats, topics=topics, state_sizes=detector_state_sizes(proc.pipeline.detectors))
     app.trainguard_metrics = metrics  # type: ignore[attr-defined]
@@ -102,13 +104,14 @@ def _metrics(app: faust.App, settings: Settings, proc: MessageProcessor, topics:
     return metrics
 
 
-def _run_batch_loop(app: faust.App, settings: Settings, proc: MessageProcessor, topics: Topics,
+def _run_batch_loop(app: faust.App, settings: WorkerConfig, proc: MessageProcessor, topics: Topics,
                     metrics: WorkerMetrics | None) -> None:
     """Run the input side as one batch loop (streams.fastpath) instead of per-topic agents."""
     loop = BatchLoop(servers=settings.broker.servers, topics=topics, processor=proc,
                      group_id=f"{settings.worker.app_id}.detect", metrics=metrics,
                      max_records=settings.worker.fetch_max_records, poll_timeout_s=settings.worker.batch_within_s,
-                     lag_interval_s=settings.metrics.lag_interval_s)
+                     lag_interval_s=settings.metrics.lag_interval_s,
+                     client_options=client_options(settings.broker, "aiokafka"))
     app.trainguard_batch_loop = loop  # type: ignore[attr-defined]
 
     @app.task

@@ -47,6 +47,7 @@ class BatchLoop:
         poll_timeout_s: float = 0.05,
         lag_interval_s: float = 5.0,
         commit_interval_s: float = 1.0,
+        client_options: dict[str, Any] | None = None,
     ) -> None:
         self.servers = servers
         self.topics = topics
@@ -58,6 +59,7 @@ class BatchLoop:
         self.poll_timeout_s = poll_timeout_s
         self.lag_interval_s = lag_interval_s
         self.commit_interval_s = commit_interval_s
+        self.client_options = client_options or {}  # TLS/SASL (schemas.kafka_config.client_options)
         self._stopping = asyncio.Event()
 
     def stop(self) -> None:
@@ -74,8 +76,9 @@ class BatchLoop:
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=8 << 20,
             fetch_max_bytes=64 << 20,
+            **self.client_options,
         )
-        producer = AIOKafkaProducer(bootstrap_servers=self.servers, acks="all", linger_ms=5)
+        producer = AIOKafkaProducer(bootstrap_servers=self.servers, acks="all", linger_ms=5, **self.client_options)
         await consumer.start()
         await producer.start()
         try:

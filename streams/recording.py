@@ -146,7 +146,8 @@ class ReplayStats:
 
 def replay(path: Path | str, *, servers: str, topics: Topics, speed: float | None = None,
            on_error: Callable[[RecordingError], None] | None = None,
-           sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> ReplayStats:
+           sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
+           client_options: dict[str, Any] | None = None) -> ReplayStats:
     """Publish a recording to Kafka, keeping the order per key.
 
     `speed` None means as fast as possible; otherwise event-time gaps are
@@ -171,7 +172,7 @@ def replay(path: Path | str, *, servers: str, topics: Topics, speed: float | Non
             raise err
 
     producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=5,
-                             max_in_flight_requests_per_connection=1, retries=5)
+                             max_in_flight_requests_per_connection=1, retries=5, **(client_options or {}))
     try:
         first_ts: float | None = None
         wall0 = clock()
@@ -197,7 +198,7 @@ class RecordStats:
 
 def record(out: Path | str, *, servers: str, topics: Topics, logical: Iterable[str] = INPUT_TOPICS,
            timeout_s: float | None = None, max_events: int | None = None, from_beginning: bool = True,
-           clock: Callable[[], float] = time.monotonic) -> RecordStats:
+           clock: Callable[[], float] = time.monotonic, client_options: dict[str, Any] | None = None) -> RecordStats:
     """Dump topics into a recording until `timeout_s` passes or `max_events` are written.
 
     Messages that do not decode are not lost: they go, base64-encoded with
@@ -208,7 +209,8 @@ def record(out: Path | str, *, servers: str, topics: Topics, logical: Iterable[s
 
     codec, stats = Codec(), RecordStats()
     names = {topics.name(t): t for t in logical}
-    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, consumer_timeout_ms=500)
+    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, consumer_timeout_ms=500,
+                             **(client_options or {}))
     try:
         parts = [TopicPartition(n, p) for n in names for p in sorted(consumer.partitions_for_topic(n) or ())]
         if not parts:

@@ -1,8 +1,9 @@
 """All configuration in one typed tree: YAML file, then TRAINGUARD_* env vars.
 
 Each package owns the model of its own section (detectors.settings,
-actions.settings, collectors.settings); this module only composes them and
-adds the edges' settings (broker, topics, worker). Environment variables
+actions.settings, collectors.settings, streams.settings; broker and topics
+in schemas.kafka_config, signing keys in schemas.keys, because collectors
+and streams both read them); this module only composes them. Environment variables
 override the file, with `__` between levels, e.g.
 `TRAINGUARD_BROKER__PORT=19092`.
 """
@@ -12,58 +13,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from actions.settings import ActionSettings
 from collectors.settings import CollectorSettings
 from detectors.settings import DetectorSettings
+from schemas.kafka_config import BrokerSettings, TopicSettings
 from schemas.keys import SecuritySettings
+from streams.settings import MetricsSettings, WorkerSettings
 
-
-class BrokerSettings(BaseModel):
-    """The Kafka cluster to talk to, and the local broker `trainguard broker` runs."""
-
-    bootstrap: str = Field("", description="host:port list; empty means the local broker")
-    host: str = "127.0.0.1"
-    port: int = Field(9092, ge=1, le=65535)
-    controller_port: int = Field(9093, ge=1, le=65535)
-    data_dir: Path = Path(".trainguard/kafka")
-    heap_mb: int = Field(512, ge=128)
-    start_timeout_s: float = Field(90.0, gt=0)
-
-    @property
-    def servers(self) -> str:
-        """The bootstrap servers clients use."""
-        return self.bootstrap or f"{self.host}:{self.port}"
-
-
-class TopicSettings(BaseModel):
-    """Topic naming and layout."""
-
-    prefix: str = "tg."
-    partitions: int = Field(4, ge=1)
-    replication: int = Field(1, ge=1)
-
-
-class WorkerSettings(BaseModel):
-    """The Faust worker."""
-
-    app_id: str = "trainguard-worker"
-    web_port: int = Field(6066, ge=1, le=65535)
-    batch_size: int = Field(500, ge=1)
-    batch_within_s: float = Field(0.05, gt=0)
-    fast_path: bool = Field(True, description="consume in whole fetches (streams.fastpath) instead of one Faust agent per topic")
-    fetch_max_records: int = Field(5000, ge=1, description="most messages one fetch of the fast path hands over")
-    state_dir: Path = Path(".trainguard/worker")
-
-
-class MetricsSettings(BaseModel):
-    """Prometheus exposition."""
-
-    enabled: bool = True
-    port: int = Field(0, ge=0, le=65535, description="0 disables the HTTP endpoint")
-    lag_interval_s: float = Field(5.0, gt=0, description="how often the worker refreshes its consumer-lag gauge")
+__all__ = ["BrokerSettings", "ConfigError", "MetricsSettings", "Settings", "TopicSettings", "WorkerSettings",
+           "load_settings"]  # the section models are re-exported: older code imports them from here
 
 
 class Settings(BaseSettings):

@@ -71,6 +71,7 @@ def build_loop(settings: Settings, topics: Any, *, executor: str, dry_run: bool)
     from actions.executors.local import LocalExecutor
     from actions.journal import Journal
     from actions.runner import PlanRunner
+    from schemas.kafka_config import client_options
     from streams.action_consumer import ActionLoop
     from streams.command_bus import KafkaCommandBus
 
@@ -81,15 +82,16 @@ def build_loop(settings: Settings, topics: Any, *, executor: str, dry_run: bool)
     checkpoints = CheckpointRegistry()
     engine = DecisionEngine(checkpoints, dry_run=dry_run, retry_window_s=cfg.retry_window_s,
                             network_confirmations=cfg.network_confirmations)
+    kafka = client_options(settings.broker, "kafka-python")
     loop = ActionLoop(settings.broker.servers, topics, engine, checkpoints, group_id=cfg.group_id,
-                      node_keys=node_keys, worker_keys=sec.ring("worker"))
+                      node_keys=node_keys, worker_keys=sec.ring("worker"), client_options=kafka)
     if signer is None:  # dry run: decisions are journaled, nothing is ever sent
         loop.runner = PlanRunner(journal=Journal(cfg.state_dir / "journal.sqlite"), rails=_rails(cfg),
                                  node_executor=_Refuse(), cluster_executor=_Refuse(), sink=loop.publish,
                                  clock=time.time, topologies=engine.topologies, reported_attempt=loop.ettr.attempt)
         return loop
     bus = KafkaCommandBus(servers=settings.broker.servers, topics=topics, signer=signer, node_keys=node_keys,
-                          ttl_s=sec.command_ttl_s, on_reject=partial(_audit_rejected, loop))
+                          ttl_s=sec.command_ttl_s, on_reject=partial(_audit_rejected, loop), client_options=kafka)
     local = LocalExecutor(bus=bus, timeout_s=cfg.command_timeout_s, clock=time.time)
     loop.runner = PlanRunner(journal=Journal(cfg.state_dir / "journal.sqlite"), rails=_rails(cfg), node_executor=local,
                              cluster_executor=_cluster_executor(settings, executor, local),

@@ -66,10 +66,12 @@ def _from_topics(settings: Settings) -> Iterator[Record]:
     from kafka import KafkaConsumer
 
     from schemas.codec import Codec, DecodeError
+    from schemas.kafka_config import client_options
     from schemas.topics import Topics
 
     topics, codec = Topics(settings.topics.prefix), Codec()
-    consumer = KafkaConsumer(bootstrap_servers=settings.broker.servers, enable_auto_commit=False)
+    consumer = KafkaConsumer(bootstrap_servers=settings.broker.servers, enable_auto_commit=False,
+                             **client_options(settings.broker, "kafka-python"))
     try:
         from kafka import TopicPartition
 

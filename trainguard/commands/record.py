@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from schemas.kafka_config import client_options
     from schemas.topics import Topics
     from streams.recording import record
 
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     try:
         stats = record(args.out, servers=settings.broker.servers, topics=Topics(settings.topics.prefix),
+                       client_options=client_options(settings.broker, "kafka-python"),
                        logical=args.topics, timeout_s=args.timeout, max_events=args.max_events,
                        from_beginning=not args.from_end)
     except LookupError as exc:

@@ -34,6 +34,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from schemas.kafka_config import client_options
     from schemas.topics import Topics
     from streams.admin import ensure_configured_topics
     from streams.recording import RecordingError, replay
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"skipped {err}", file=sys.stderr)
 
     try:
-        stats = replay(args.recording, servers=settings.broker.servers, topics=topics, speed=args.speed,
+        stats = replay(args.recording, servers=settings.broker.servers, topics=topics,
+                       client_options=client_options(settings.broker, "kafka-python"), speed=args.speed,
                        on_error=report if args.skip_bad else None)
     except RecordingError as exc:
         print(f"trainguard replay: {exc} (nothing was sent; --skip-bad skips such lines)", file=sys.stderr)

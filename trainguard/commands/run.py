@@ -36,6 +36,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from collectors.command_feed import BackgroundFeed, KafkaCommandFeed
     from collectors.publisher import Publisher
     from collectors.topology import node_name
+    from schemas.kafka_config import client_options
     from schemas.topics import Topics
 
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -50,14 +51,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     # No default key: without its own key and act's public keys the agent refuses to start (exit 2).
     signer = settings.security.signer("node", node=node)
     command_keys = settings.security.required_ring("act")
+    kafka = client_options(settings.broker, "kafka-python")
     topics = Topics(settings.topics.prefix)
     # In the background: the training must start at once even if Kafka is slow or down.
     threading.Thread(target=_ensure_topics, args=(settings, topics.all()), daemon=True).start()
     publisher = Publisher(servers=settings.broker.servers, topics=topics,
                           spool_dir=cs.spool_dir / f"agent-{args.job}-{node}",
-                          spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024), client_id=f"trainguard-agent-{node}", signer=signer)
+                          spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024), client_id=f"trainguard-agent-{node}", signer=signer,
+                          client_options=kafka)
     feed = BackgroundFeed(KafkaCommandFeed(servers=settings.broker.servers, topic=topics.name("actions"),
-                                           group_id=f"trainguard-agent-{args.job}-{node}"))
+                                           group_id=f"trainguard-agent-{args.job}-{node}", client_options=kafka))
     agent = Agent(job=args.job, node=node, argv=argv, sink=publisher,
                   command_keys=command_keys, max_clock_skew_s=settings.security.max_clock_skew_s,
                   state_dir=agent_cfg.state_dir, grace_s=agent_cfg.grace_s,

@@ -33,6 +33,7 @@ from schemas.records import (
     TrainingStep,
     XidEvent,
 )
+from schemas.kafka_config import client_options
 from schemas.signing import Signer, generate, load_signer, new_command_id
 from schemas.topics import Topics, key_for
 from trainguard.demo.faults import Fault, FaultBoard
@@ -106,7 +107,8 @@ class DemoRunner:
         config = self.run_dir / "config.yaml"
         config.write_text(yaml.safe_dump({**self.sc.config(str(self.run_dir)), "security": self._make_keys()}))
         env = self._env()
-        self._producer = KafkaProducer(bootstrap_servers=self.settings.broker.servers, acks="all", linger_ms=5)
+        self._producer = KafkaProducer(bootstrap_servers=self.settings.broker.servers, acks="all", linger_ms=5,
+                                       **client_options(self.settings.broker, "kafka-python"))
         watcher = TopicWatcher(self.settings.broker.servers, self.topics)
         started = time.time()
         with DemoStack(self.run_dir, env) as stack:
