@@ -13,7 +13,9 @@ import sys
 from collections.abc import Sequence
 
 from trainguard import __version__
+from schemas.kafka_config import SecretError
 from schemas.signing import KeyFileError
+from trainguard.errors import UsageError
 from trainguard.settings import ConfigError, load_settings
 
 COMMANDS: tuple[str, ...] = (
@@ -61,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(args.config)
         code = args.handler(args, settings)
-    except (ConfigError, KeyFileError) as exc:
+    except (ConfigError, KeyFileError, SecretError, UsageError) as exc:
         print(f"trainguard: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

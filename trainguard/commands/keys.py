@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from trainguard.errors import UsageError
 from trainguard.settings import Settings
 
 
@@ -22,6 +23,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     gen.add_argument("--no-act", action="store_true", help="make no act key (only node keys)")
     gen.add_argument("--worker", action="store_true", help="also make a worker key (to sign incidents)")
     gen.set_defaults(handler=run)
+    acls = keys.add_parser("acls", help="print the recommended Kafka ACLs as kafka-acls.sh commands",
+                           description="One principal per role (collector, agent, worker, act), each allowed only "
+                           "what it does; only act may write the actions topic (docs/security.md).")
+    acls.add_argument("--principal", action="append", default=[], metavar="ROLE=PRINCIPAL",
+                      help="e.g. act=User:trainguard-act (default: User:trainguard-<role>)")
+    acls.set_defaults(handler=print_acls)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -47,4 +54,23 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.worker:
         print(f"  worker_private_key: {out / 'worker.key'}   # the worker")
         print(f"  worker_public_keys: [{out / 'worker.pub'}]   # act, where Kafka ACLs cannot guard incidents")
+    return 0
+
+
+def print_acls(args: argparse.Namespace, settings: Settings) -> int:
+    from trainguard.kafka_acls import ROLE_DOC, kafka_acls_command, recommended
+
+    principals = {role: f"User:trainguard-{role}" for role in ROLE_DOC}
+    for item in args.principal:
+        role, sep, principal = item.partition("=")
+        if not sep or role not in principals:
+            raise UsageError(f"keys acls: --principal {item!r}: expected ROLE=PRINCIPAL, "
+                             f"ROLE one of {', '.join(principals)}")
+        principals[role] = principal
+    grants = recommended(settings.topics.prefix, worker_group=settings.worker.app_id,
+                         act_group=settings.actions.group_id)
+    for role, doc in ROLE_DOC.items():
+        print(f"# {role} ({principals[role]}): {doc}")
+        for grant in (g for g in grants if g.role == role):
+            print(kafka_acls_command(grant, principals[role], settings.broker.servers))
     return 0
