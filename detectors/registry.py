@@ -8,8 +8,12 @@ import time.
 
 from __future__ import annotations
 
+import inspect
+import typing
 from importlib.metadata import entry_points
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, create_model
 
 from detectors.base import Detector
 
@@ -44,3 +48,34 @@ def build(type_name: str, instance: str, params: dict[str, Any]) -> Detector:
         return cls(instance=instance, **params)
     except TypeError as exc:
         raise TypeError(f"detector {instance!r} ({type_name}): bad parameters: {exc}") from None
+
+
+def params_model(cls: type[Detector]) -> type[BaseModel]:
+    """A strict pydantic model of a detector's parameters, derived from its `__init__` signature.
+
+    Every parameter but `instance` becomes a field typed by its annotation and
+    defaulted as in the signature, so a detector declares its parameters once,
+    in plain Python, and a typo or a wrong type in the config still fails at
+    load time. A detector taking `**kwargs` accepts extra names.
+    """
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # an annotation that cannot be resolved: check that parameter's name only
+        hints = {}
+    fields: dict[str, Any] = {}
+    extra = "forbid"
+    for name, p in inspect.signature(cls.__init__).parameters.items():
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            extra = "allow"
+        if name in ("self", "instance") or p.kind in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL):
+            continue
+        fields[name] = (hints.get(name, Any), ... if p.default is inspect.Parameter.empty else p.default)
+    config = ConfigDict(extra=extra, arbitrary_types_allowed=True)  # type: ignore[typeddict-item]
+    return create_model(f"{cls.__name__}Params", __config__=config, **fields)
+
+
+def validate_params(type_name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """`params` checked and converted against the detector's signature (raises pydantic's ValidationError)."""
+    model = params_model(load(type_name)).model_validate(params)
+    extra = model.model_extra or {}
+    return {**{name: getattr(model, name) for name in model.model_fields_set if name not in extra}, **extra}

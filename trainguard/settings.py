@@ -72,16 +72,37 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
     config = SettingsConfigDict(**{**Settings.model_config, "yaml_file": yaml_path})
     loader = type("FileSettings", (Settings,), {"model_config": config})
     try:
-        return loader(**overrides)
+        settings = loader(**overrides)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     except Exception as exc:  # YAML syntax errors and the like
         raise ConfigError(f"config file {yaml_path}: {exc}".replace("\n", " ")) from None
+    _check_detectors(settings)
+    return settings
 
 
-def _one_line(exc: ValidationError) -> str:
+def _check_detectors(settings: Settings) -> None:
+    """Validate every detector's type and parameters now, so a typo fails before anything starts."""
+    from detectors.registry import UnknownDetector, validate_params
+
+    for i, spec in enumerate(settings.detectors.instances):
+        where = f"detectors.instances[{i}]"
+        try:
+            spec.params = validate_params(spec.type, spec.params)
+        except UnknownDetector as exc:
+            raise ConfigError(f"config error: {where}.type: {exc.args[0]}") from None
+        except ValidationError as exc:
+            raise ConfigError(_one_line(exc, prefix=f"{where}.params")) from None
+        except Exception as exc:  # a plug-in that fails to import
+            raise ConfigError(f"config error: {where}.type: {spec.type!r} cannot be loaded ({exc})") from None
+
+
+def _one_line(exc: ValidationError, prefix: str = "") -> str:
     err = exc.errors()[0]
-    key = ".".join(str(p) for p in err["loc"]) or "(root)"
+    key = prefix
+    for part in err["loc"]:
+        key += f"[{part}]" if isinstance(part, int) else f".{part}" if key else str(part)
+    key = key or "(root)"
     value = err.get("input")
     shown = "" if isinstance(value, dict) else f" (got {value!r})"
     more = f" [+{exc.error_count() - 1} more]" if exc.error_count() > 1 else ""
