@@ -2,15 +2,46 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from schemas.kafka_config import client_options
 from schemas.topics import Topics
 from streams.settings import KafkaConfig
+
+
+class BrokerUnreachable(ConnectionError):
+    """No broker answered (or it refused us) within the configured wait; the message names the address."""
+
+
+def require_broker(settings: KafkaConfig) -> None:
+    """Return once the broker answers; raise `BrokerUnreachable` after `broker.connect_timeout_s`.
+
+    Commands call this first so an unreachable or misconfigured cluster is one
+    clear line within a bounded wait, not a client timeout 30 s later.
+    """
+
+    broker = settings.broker
+    opts = client_options(broker, "kafka-python")
+    deadline = time.monotonic() + broker.connect_timeout_s
+    while True:
+        left_ms = max(1000, int((deadline - time.monotonic()) * 1000))
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=broker.servers, client_id="trainguard-check",
+                                     request_timeout_ms=left_ms, bootstrap_timeout_ms=left_ms, **opts)
+        except KafkaError as exc:
+            if time.monotonic() >= deadline:
+                raise BrokerUnreachable(f"broker {broker.servers} unreachable after {broker.connect_timeout_s:g}s "
+                                        f"({type(exc).__name__}; check broker.bootstrap and its security "
+                                        f"settings, or raise broker.connect_timeout_s)") from None
+            time.sleep(0.5)
+            continue
+        admin.close()
+        return
 
 
 def ensure_topics(servers: str, names: list[str], *, partitions: int, replication: int,

@@ -36,12 +36,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     from schemas.topics import Topics
     from streams.action_consumer import ActionLoop
-    from streams.admin import ensure_configured_topics
+    from streams.admin import ensure_configured_topics, require_broker
 
     console = Console()
     cfg = settings.actions
     dry_run = args.dry_run or cfg.dry_run
     topics = Topics(settings.topics.prefix)
+    if not dry_run:  # before touching the broker: no keys, no start (one line, exit 2)
+        settings.security.signer("act")
+        settings.security.required_ring("node")
+    require_broker(settings)
     ensure_configured_topics(settings)
     loop = build_loop(settings, topics, executor=args.executor or cfg.executor, dry_run=dry_run)
     if args.metrics_port:

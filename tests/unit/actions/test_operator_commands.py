@@ -52,7 +52,7 @@ def test_log_approve_pool_and_breaker_reset(state: Path, capsys: pytest.CaptureF
     assert logged["reason"] and logged["alternatives"]
 
     assert main(["actions", "approve", decision.id]) == 0
-    assert main(["actions", "approve", "no-such-id"]) == 1
+    assert main(["actions", "approve", "no-such-id"]) == 2
     (pending,) = run.journal.unfinished()
     assert run.run(pending).status == "executed"
     capsys.readouterr()
@@ -67,8 +67,8 @@ def test_log_approve_pool_and_breaker_reset(state: Path, capsys: pytest.CaptureF
 
 
 def test_actions_without_journal_says_so(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["actions", "log"]) == 1
-    assert "no journal" in capsys.readouterr().out
+    assert main(["actions", "log"]) == 2
+    assert "no journal" in capsys.readouterr().err
 
 
 def test_ettr_from_a_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
