@@ -52,3 +52,22 @@ def test_nan_step_yields_anomaly_and_incident() -> None:
     assert isinstance(incident, Incident)
     assert (incident.kind, incident.job, incident.ranks, incident.step) == ("nan", "j", [2], 2)
     assert out[1].key == b"j"
+
+
+def test_incidents_are_signed_when_the_worker_holds_a_key() -> None:
+    """Where ACLs cannot keep others off the incidents topic, act accepts only what the worker signed."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from schemas.signing import KeyRing, Signer
+
+    worker = Signer("worker", Ed25519PrivateKey.generate())
+    proc = MessageProcessor(DetectionPipeline([NanDetector()]), Topics("t."), signer=worker)
+    codec = Codec()
+    bad = codec.encode(TrainingStep(ts=2.0, job="j", rank=2, node="n1", step=2, loss="nan"))
+    later = codec.encode(TrainingStep(ts=4.0, job="j", rank=0, node="n0", step=3, loss=3.0))
+    out = proc.process_batch([RawMessage(topic="t.training", value=bad), RawMessage(topic="t.training", value=later)])
+    incidents = [m for m in out if m.topic == "t.incidents"]
+    assert incidents and all(m.headers for m in incidents)
+    ring = KeyRing({"worker": worker.private_key.public_key()})
+    assert all(ring.check(m.value, m.headers) == ("worker", "") for m in incidents)
+    assert all(m.headers is None for m in out if m.topic != "t.incidents")  # only incidents carry one
