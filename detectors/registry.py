@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import inspect
 import typing
-from importlib.metadata import entry_points
+from collections.abc import Iterable
+from functools import lru_cache
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, create_model
@@ -29,9 +31,9 @@ def available() -> dict[str, str]:
     return {ep.name: ep.value for ep in entry_points(group=GROUP)}
 
 
-def load(type_name: str) -> type[Detector]:
-    """Import and return the detector class registered as `type_name`."""
-    for ep in entry_points(group=GROUP):
+def load(type_name: str, eps: Iterable[EntryPoint] | None = None) -> type[Detector]:
+    """Import and return the detector class registered as `type_name` (`eps`: a scan already made)."""
+    for ep in entry_points(group=GROUP) if eps is None else eps:
         if ep.name == type_name:
             cls = ep.load()
             if not (isinstance(cls, type) and issubclass(cls, Detector)):
@@ -50,6 +52,7 @@ def build(type_name: str, instance: str, params: dict[str, Any]) -> Detector:
         raise TypeError(f"detector {instance!r} ({type_name}): bad parameters: {exc}") from None
 
 
+@lru_cache(maxsize=None)  # a pure function of the class: building the model is the slow part of loading a config
 def params_model(cls: type[Detector]) -> type[BaseModel]:
     """A strict pydantic model of a detector's parameters, derived from its `__init__` signature.
 
@@ -74,8 +77,8 @@ def params_model(cls: type[Detector]) -> type[BaseModel]:
     return create_model(f"{cls.__name__}Params", __config__=config, **fields)
 
 
-def validate_params(type_name: str, params: dict[str, Any]) -> dict[str, Any]:
+def validate_params(type_name: str, params: dict[str, Any], eps: Iterable[EntryPoint] | None = None) -> dict[str, Any]:
     """`params` checked and converted against the detector's signature (raises pydantic's ValidationError)."""
-    model = params_model(load(type_name)).model_validate(params)
+    model = params_model(load(type_name, eps)).model_validate(params)
     extra = model.model_extra or {}
     return {**{name: getattr(model, name) for name in model.model_fields_set if name not in extra}, **extra}

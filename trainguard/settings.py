@@ -83,12 +83,15 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
 
 def _check_detectors(settings: Settings) -> None:
     """Validate every detector's type and parameters now, so a typo fails before anything starts."""
-    from detectors.registry import UnknownDetector, validate_params
+    from importlib.metadata import entry_points
 
+    from detectors.registry import GROUP, UnknownDetector, validate_params
+
+    eps = list(entry_points(group=GROUP))  # scanned once: the scan is slow
     for i, spec in enumerate(settings.detectors.instances):
         where = f"detectors.instances[{i}]"
         try:
-            spec.params = validate_params(spec.type, spec.params)
+            spec.params = validate_params(spec.type, spec.params, eps)
         except UnknownDetector as exc:
             raise ConfigError(f"config error: {where}.type: {exc.args[0]}") from None
         except ValidationError as exc:
