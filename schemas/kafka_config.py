@@ -233,7 +233,10 @@ _AIOKAFKA_KEYS = frozenset({"client_id", "request_timeout_ms", "retry_backoff_ms
 
 def _token_provider(oauth: OAuthSettings, flavour: Flavour) -> Any:
     if flavour == "kafka-python":
-        from kafka.net.sasl.oauth import AbstractTokenProvider as SyncProvider
+        try:
+            from kafka.net.sasl.oauth import AbstractTokenProvider as SyncProvider
+        except ImportError:  # kafka-python 2.x
+            from kafka.sasl.oauth import AbstractTokenProvider as SyncProvider  # type: ignore[no-redef]
 
         class SyncTokens(SyncProvider):  # type: ignore[misc]
             def token(self) -> str:
