@@ -63,6 +63,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             f.write(json.dumps(msgspec.to_builtins(decision)) + "\n")
 
     mode = "dry-run" if dry_run else f"executor {args.executor or cfg.executor}"
+    if not settings.security.worker_public_keys:
+        console.print("act: incidents are trusted by who may write them (Kafka ACLs); set "
+                      "security.worker_public_keys to accept only incidents the worker signed")
     console.print(f"act: {mode}, consuming {topics.name('incidents')} on {settings.broker.servers}")
     loop.run(show, max_incidents=args.max_incidents, timeout_s=args.timeout)
     return 0
