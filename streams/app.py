@@ -17,15 +17,16 @@ import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from detectors.pipeline import DetectionPipeline
+from schemas.kafka_config import client_options
 from schemas.topics import Topics
 from streams.fastpath import BatchLoop
 from streams.metrics import WorkerMetrics, detector_state_sizes
 from streams.processor import MessageProcessor
+from streams.settings import WorkerConfig
 from streams.watermark import EventClock
-from trainguard.settings import Settings
 
 
-def create_app(settings: Settings, processor: MessageProcessor | None = None) -> faust.App:
+def create_app(settings: WorkerConfig, processor: MessageProcessor | None = None) -> faust.App:
     """Build the worker app: the batch loop task and the web endpoints."""
     topics = Topics(settings.topics.prefix)
     settings.worker.state_dir.mkdir(parents=True, exist_ok=True)
@@ -45,8 +46,10 @@ def create_app(settings: Settings, processor: MessageProcessor | None = None) ->
         # its default 60 s session timeout after a SIGKILL: the batch loop starts after it.
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
+        **client_options(settings.broker, "faust"),
     )
-    proc = processor or MessageProcessor(DetectionPipeline.from_settings(settings.detectors), topics)
+    signer = settings.security.signer("worker") if settings.security.worker_private_key else None
+    proc = processor or MessageProcessor(DetectionPipeline.from_settings(settings.detectors), topics, signer=signer)
     app.trainguard_processor = proc  # type: ignore[attr-defined]  # for tests and metrics
     metrics = None
     if settings.metrics.enabled:

@@ -38,7 +38,7 @@ from streams.processor import MessageProcessor, OutMessage
 from streams.watermark import EventClock
 
 if TYPE_CHECKING:
-    from trainguard.settings import BrokerSettings
+    from schemas.kafka_config import BrokerSettings
 
 log = logging.getLogger(__name__)
 Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
@@ -200,7 +200,7 @@ class BatchLoop:
         if self.exactly_once:
             await self._begin(producer)
             for out in outputs:  # acknowledged by the transaction's commit
-                await producer.send(out.topic, out.value, key=out.key)
+                await producer.send(out.topic, out.value, key=out.key, headers=out.headers)
         else:
             await kafka_io.send_all(producer, outputs)
         self._dirty = True
