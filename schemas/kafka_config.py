@@ -18,6 +18,7 @@ to the clients, but refuses anything that looks like a secret.
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import subprocess
@@ -170,6 +171,26 @@ class TopicSettings(_Strict):
     prefix: str = "tg."
     partitions: int = Field(4, ge=1)
     replication: int = Field(1, ge=1)
+
+
+def broker_environment(broker: BrokerSettings) -> dict[str, str]:
+    """The TRAINGUARD_BROKER__* variables that reproduce `broker` (what the agent hands the training hook).
+
+    Only paths and names travel, never a secret's value: a password stays in its file.
+    """
+    out = {"TRAINGUARD_BROKER__BOOTSTRAP": broker.servers}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and not prefix.endswith("CLIENT_PROPERTIES"):
+            for key, item in value.items():
+                walk(f"{prefix}__{key.upper()}", item)
+        elif value is not None:
+            out[prefix] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+    dumped = broker.model_dump(mode="json", exclude_defaults=True, include={"security_protocol", "tls", "sasl",
+                                                                             "client_properties"})
+    walk("TRAINGUARD_BROKER", dumped)
+    return out
 
 
 def broker_from_environment() -> BrokerSettings:

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from collectors.command_feed import BackgroundFeed, KafkaCommandFeed
     from collectors.publisher import Publisher
     from collectors.topology import node_name
-    from schemas.kafka_config import client_options
+    from schemas.kafka_config import broker_environment, client_options
     from schemas.topics import Topics
 
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -52,6 +52,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     signer = settings.security.signer("node", node=node)
     command_keys = settings.security.required_ring("act")
     kafka = client_options(settings.broker, "kafka-python")
+    os.environ.update(broker_environment(settings.broker))  # the training hook publishes to the same cluster
     topics = Topics(settings.topics.prefix)
     # In the background: the training must start at once even if Kafka is slow or down.
     threading.Thread(target=_ensure_topics, args=(settings, topics.all()), daemon=True).start()

@@ -58,3 +58,22 @@ def test_a_secret_is_read_from_its_file_and_never_held_by_the_settings(tmp_path:
     assert opts["ssl_context"].verify_mode.name == "CERT_REQUIRED"
     assert set(client_options(broker, "faust")) == {"broker_credentials"}
     assert client_options(BrokerSettings(), "aiokafka") == {}  # the local broker needs nothing
+
+
+def test_the_agent_hands_the_hook_the_same_broker_without_secrets(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from schemas.kafka_config import broker_environment, broker_from_environment
+
+    broker = BrokerSettings.model_validate({
+        "bootstrap": "kafka-1:9093", "security_protocol": "SASL_SSL", "tls": {"ca_file": "/ca.pem"},
+        "sasl": {"mechanism": "SCRAM-SHA-512", "username": "hook", "password": {"file": "/pw"}},
+        "client_properties": {"request_timeout_ms": 40000}})
+    env = broker_environment(broker)
+    assert env["TRAINGUARD_BROKER__SASL__PASSWORD__FILE"] == "/pw"
+    for key in [k for k in list(__import__("os").environ) if k.startswith("TRAINGUARD_BROKER")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    again = broker_from_environment()
+    assert again.sasl == broker.sasl and again.tls == broker.tls and again.servers == "kafka-1:9093"
+    assert again.client_properties == {"request_timeout_ms": 40000}
