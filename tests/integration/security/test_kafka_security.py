@@ -130,17 +130,15 @@ def test_record_and_replay_over_sasl_ssl(secure_broker: SecureBroker, tmp_path: 
         "bootstrap": secure_broker.sasl_ssl, "security_protocol": "SASL_SSL", "tls": {"ca_file": secure_broker.ca_file},
         "sasl": {"mechanism": "SCRAM-SHA-512", "username": "admin",
                  "password": {"file": secure_broker.password_file("admin")}}})
-    opts = client_options(broker, "kafka-python")
     topics = Topics(f"r{uuid.uuid4().hex[:8]}.")
-    ensure_topics(broker.servers, topics.all(), partitions=1, replication=1, client_options=opts)
+    ensure_topics(broker, topics.all(), partitions=1, replication=1)
     source = tmp_path / "in.jsonl"
     with open(source, "wb") as f:
         writer = RecordingWriter(f)
         for i in range(3):
             writer.write(Heartbeat(ts=float(i), job="j", rank=i, node="n0"), key="j")
-    assert replay(source, servers=broker.servers, topics=topics, client_options=opts).sent == 3
+    assert replay(source, broker=broker, topics=topics).sent == 3
     out = tmp_path / "out.jsonl"
-    stats = record(out, servers=broker.servers, topics=topics, logical=["training"], max_events=3, timeout_s=60,
-                   client_options=opts)
+    stats = record(out, broker=broker, topics=topics, logical=["training"], max_events=3, timeout_s=60)
     assert stats.written == 3
     assert sorted(e.value.rank for e in read_recording(out)) == [0, 1, 2]
