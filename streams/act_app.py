@@ -167,6 +167,6 @@ async def _caught_up(app: faust.App, progress: dict[TP, int], names: list[str], 
 def _committed(app: faust.App, tp: TP) -> int:
     """Where the state agent starts on a partition it has not processed anything of yet."""
     try:
-        return int(app.consumer._committed_offset.get(tp) or 0)  # noqa: SLF001 (no public accessor)
+        return int(app.consumer._committed_offset.get(tp) or 0)  # type: ignore[attr-defined]  # noqa: SLF001
     except Exception:
         return 0
