@@ -4,7 +4,7 @@ For each step the runner first looks in the journal: a step with a result is
 never repeated (that is what makes a killed consumer resume cleanly). Then
 it resolves references to earlier steps (whom a self-check named, whether a
 check failed), passes evictions through the circuit breaker and the cooldown,
-signs the command, hands it to the executor for its kind, and journals the
+gives the command an unpredictable id, hands it to the executor for its kind, and journals the
 result before moving on. Every decision, command and result is audited.
 Rail state (breaker, cooldown, standby pool) is journaled so it survives a
 restart.
@@ -28,7 +28,7 @@ from actions.standby import PoolExhausted, StandbyPool
 from actions.topology import Topology
 from detectors.common import Bounded
 from schemas.records import ActionCommand, ActionResult, AuditEntry, Decision, PlannedAction, Record
-from schemas.signing import sign
+from schemas.signing import new_command_id
 
 Sink = Callable[[Record], None]
 T = TypeVar("T")
@@ -58,7 +58,7 @@ class PlanRunner:
     """Executes decisions through executors, journaled and audited."""
 
     def __init__(self, *, journal: Journal, rails: Rails, node_executor: Executor, cluster_executor: Executor,
-                 key: bytes, sink: Sink, clock: Clock, topologies: dict[str, Topology] | None = None,
+                 sink: Sink, clock: Clock, topologies: dict[str, Topology] | None = None,
                  reported_attempt: Callable[[str], int] | None = None, max_jobs: int = 4096) -> None:
         self.journal = journal
         self.rails = rails
@@ -67,7 +67,6 @@ class PlanRunner:
         self.lock = threading.RLock()
         self.node_executor = node_executor
         self.cluster_executor = cluster_executor
-        self.key = key
         self.sink = sink
         self.clock = clock
         self.topologies = topologies if topologies is not None else {}
@@ -272,12 +271,12 @@ class PlanRunner:
 
     def _command(self, decision: Decision, idx: int, action: str, nodes: list[str], ranks: list[int],
                  params: dict[str, Any]) -> ActionCommand:
-        command = ActionCommand(ts=self.clock(), id=f"{decision.id}-{idx}", action=action,  # type: ignore[arg-type]
+        command = ActionCommand(ts=self.clock(), id=new_command_id(f"{decision.id}-{idx}"),
+                                action=action,  # type: ignore[arg-type]
                                 job=decision.job, nodes=nodes, ranks=ranks, params=params,
                                 decision_id=decision.id, incident_id=decision.incident_id)
-        signed = sign(command, self.key)
-        self._audit("command", signed.id, {"decision": decision.id, "step": idx, "action": action, "nodes": nodes})
-        return signed
+        self._audit("command", command.id, {"decision": decision.id, "step": idx, "action": action, "nodes": nodes})
+        return command
 
     def _result(self, decision: Decision, idx: int, action: str, status: str, message: str,
                 details: dict[str, Any] | None = None) -> ActionResult:

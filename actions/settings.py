@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class KubernetesSettings(BaseModel):
     """How the Kubernetes executor reaches the API server."""
+
+    model_config = ConfigDict(extra="forbid")
 
     kubeconfig: str = Field("", description="path to a kubeconfig; empty means in-cluster config")
     host: str = Field("", description="API server URL override (tests point this at a fake)")
@@ -29,6 +31,8 @@ class KubernetesSettings(BaseModel):
 class SlurmSettings(BaseModel):
     """How the Slurm executor calls scontrol."""
 
+    model_config = ConfigDict(extra="forbid")
+
     scontrol: str = "scontrol"
     timeout_s: float = Field(30.0, gt=0)
 
@@ -36,9 +40,10 @@ class SlurmSettings(BaseModel):
 class ActionSettings(BaseModel):
     """How incidents become actions."""
 
+    model_config = ConfigDict(extra="forbid")
+
     dry_run: bool = False
     executor: str = Field("local", pattern="^(local|kubernetes|slurm)$")
-    hmac_key: SecretStr = Field(SecretStr("trainguard-dev-key"), description="signs action commands")
     group_id: str = "trainguard-actions"
     state_dir: Path = Field(Path(".trainguard/actions"), description="journal of decisions and plan steps")
     breaker_max_fraction: float = Field(0.25, gt=0, le=1, description="max fraction of nodes evicted per window")

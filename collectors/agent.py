@@ -17,10 +17,16 @@ node, when the command names nodes):
 * `self_check`, `replay_regroup`: run the self-check command with the
   command's JSON; its stdout (a JSON object) becomes the result's details.
 
-A command whose HMAC does not verify is refused ("rejected" result plus an
-audit entry) and its id is *not* remembered, so a forger cannot burn the id
-of a real command. Accepted ids are remembered in the state file before
-execution: a redelivered or replayed command is answered "skipped".
+A command is carried out only if act's Ed25519 signature (detached, in the
+message headers, over the exact bytes received) verifies with one of the
+act public keys this agent holds, it has not expired, and its id was never
+carried out. Anything else is audited: a forged command gets a "rejected"
+result and its id is *not* remembered (a forger cannot burn the id of a
+real command); an expired one only the audit entry (its sender gave up on
+it); a replayed id a "skipped" result. Accepted ids are remembered in the
+state file before execution. Every record the agent publishes is signed
+with its own node key by its `Publisher`, so act can tell its results from
+forgeries. No key ever reaches the training process's environment.
 """
 
 from __future__ import annotations
@@ -42,13 +48,12 @@ from collectors.logs import LogParser
 from collectors.stacks import StackSampler
 from collectors.supervisor import ProcessSupervisor, env_of
 from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, Record, StackSample
-from schemas.signing import verify
+from schemas.signing import KeyRing, Received, command_problem
 
 log = logging.getLogger(__name__)
 
 AGENT_ACTIONS = frozenset({"restart_from_checkpoint", "hot_update", "rollback_code", "dump_stacks", "stop",
                            "self_check", "replay_regroup"})
-STALE_SLACK_S = 30.0  # clock skew allowed between the decision engine and this node
 
 
 class Sink(Protocol):
@@ -60,7 +65,7 @@ class Sink(Protocol):
 class CommandFeed(Protocol):
     """Where commands come from (`collectors.command_feed.KafkaCommandFeed`)."""
 
-    def poll(self, timeout_s: float) -> list[ActionCommand]: ...
+    def poll(self, timeout_s: float) -> list[Received]: ...
 
     def commit(self) -> None: ...
 
@@ -68,7 +73,8 @@ class CommandFeed(Protocol):
 class Agent:
     """Supervises one training command and executes the commands addressed to it."""
 
-    def __init__(self, *, job: str, node: str, argv: Sequence[str], sink: Sink, hmac_key: bytes, state_dir: Path,
+    def __init__(self, *, job: str, node: str, argv: Sequence[str], sink: Sink, command_keys: KeyRing, state_dir: Path,
+                 max_clock_skew_s: float = 30.0,
                  grace_s: float = 30.0, selfcheck_command: Sequence[str] = ("trainguard", "selfcheck"),
                  selfcheck_timeout_s: float = 600.0, stack_timeout_s: float = 5.0,
                  hang_suspect_s: float = 300.0, hang_stack_every_s: float = 60.0,
@@ -79,7 +85,8 @@ class Agent:
         self.grace_s = grace_s
         self.selfcheck_command = list(selfcheck_command)
         self.selfcheck_timeout_s = selfcheck_timeout_s
-        self._key = hmac_key
+        self._keys = command_keys
+        self.max_clock_skew_s = max_clock_skew_s
         self._clock = clock
         self._tee = tee
         self._state_file = StateFile(state_dir / f"{job}-{node}.json")
@@ -184,20 +191,25 @@ class Agent:
         return (cmd.action in AGENT_ACTIONS and cmd.job == self.job
                 and (not cmd.nodes or self.node in cmd.nodes))
 
-    def handle(self, cmd: ActionCommand) -> ActionResult | None:
-        """Verify, de-duplicate and execute one command; None if it is not for this agent."""
+    def handle(self, received: Received) -> ActionResult | None:
+        """Verify, de-duplicate and execute one command; None if it is not for this agent (or expired)."""
+        cmd = received.command
         if not self.addressed(cmd):
             return None
-        if not verify(cmd, self._key):
-            self._audit("command_rejected", cmd, {"reason": "bad or missing signature"})
-            return self._result(cmd, "rejected", "signature does not verify with this agent's key")
-        if cmd.ts < self.state.first_started - STALE_SLACK_S:
-            log.info("ignoring command %s issued before this agent first started", cmd.id)
+        kid, problem = self._keys.check(received.payload, received.headers)
+        if problem:
+            self._audit("command_rejected", cmd, {"reason": problem, "key_id": kid})
+            return self._result(cmd, "rejected", f"not signed by act: {problem}")
+        problem = command_problem(cmd, now=self._clock(), seen=self.state.executed, max_skew_s=self.max_clock_skew_s)
+        if problem:
+            self._audit("command_rejected", cmd, {"reason": problem, "key_id": kid})
+            if cmd.id in self.state.executed:
+                # A replay changes nothing, but act re-sends a journaled command after a restart and
+                # must learn that it was carried out (it records the step as done, with its effects).
+                previous = self.state.executed[cmd.id]
+                return self._result(cmd, "skipped", f"already executed (status {previous})",
+                                    {"already_executed": True, "previous_status": previous})
             return None
-        if cmd.id in self.state.executed:
-            previous = self.state.executed[cmd.id]
-            return self._result(cmd, "skipped", f"already executed (status {previous})",
-                                {"already_executed": True, "previous_status": previous})
         self.state.executed[cmd.id] = "started"
         self._state_file.save(self.state)
         try:

@@ -4,7 +4,9 @@ Each agent reads with its own consumer group (`trainguard-agent-<job>-<node>`),
 so every agent sees every command of its job (a shared group would hand a
 command to only one of them) and resumes from its committed offset after a
 restart. A payload that does not decode is logged and skipped: it stays in
-the topic, where the worker's dead-letter handling sees it too.
+the topic, where the worker's dead-letter handling sees it too. Each command
+is handed over with its exact bytes and headers: the agent verifies the
+detached signature over those bytes, never over a re-encoding.
 
 The consumer is created lazily and re-created after a failure: training
 must start and keep running even while the broker is unreachable.
@@ -16,12 +18,14 @@ import logging
 import queue
 import threading
 import time
+from typing import Any
 
 from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 
 from schemas.codec import Codec, DecodeError
 from schemas.records import ActionCommand
+from schemas.signing import Received
 
 log = logging.getLogger(__name__)
 
@@ -29,17 +33,18 @@ log = logging.getLogger(__name__)
 class KafkaCommandFeed:
     """Polls action commands; offsets are committed only after the agent handled them."""
 
-    def __init__(self, *, servers: str, topic: str, group_id: str) -> None:
+    def __init__(self, *, servers: str, topic: str, group_id: str, client_options: dict[str, Any] | None = None) -> None:
         self._config = dict(bootstrap_servers=servers, group_id=group_id, enable_auto_commit=False,
                             auto_offset_reset="earliest", client_id=group_id,
-                            bootstrap_timeout_ms=5000)  # retried by the caller; keeps close() prompt
+                            bootstrap_timeout_ms=5000,  # retried by the caller; keeps close() prompt
+                            **(client_options or {}))
         self.topic = topic
         self._consumer: KafkaConsumer | None = None
         self._codec = Codec()
         self._dirty = False
 
-    def poll(self, timeout_s: float) -> list[ActionCommand]:
-        """Commands that arrived (possibly none) within `timeout_s`."""
+    def poll(self, timeout_s: float) -> list[Received]:
+        """Commands that arrived (possibly none) within `timeout_s`, with their bytes and headers."""
         try:
             if self._consumer is None:
                 self._consumer = KafkaConsumer(self.topic, **self._config)
@@ -49,12 +54,13 @@ class KafkaCommandFeed:
             self.close()
             time.sleep(timeout_s)
             return []
-        out: list[ActionCommand] = []
+        out: list[Received] = []
         for batch in batches.values():
             for message in batch:
                 self._dirty = True
                 try:
-                    out.append(self._codec.decode(message.value, expect=ActionCommand))
+                    cmd = self._codec.decode(message.value, expect=ActionCommand)
+                    out.append(Received(cmd, message.value, list(message.headers or [])))
                 except DecodeError as exc:
                     log.warning("skipping undecodable command at %s[%d]@%d: %s", message.topic,
                                 message.partition, message.offset, exc)
@@ -87,14 +93,14 @@ class BackgroundFeed:
 
     def __init__(self, feed: KafkaCommandFeed) -> None:
         self._feed = feed
-        self._batches: queue.Queue[list[ActionCommand]] = queue.Queue(maxsize=1)
+        self._batches: queue.Queue[list[Received]] = queue.Queue(maxsize=1)
         self._handled = threading.Event()
         self._outstanding = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trainguard-command-feed", daemon=True)
         self._thread.start()
 
-    def poll(self, timeout_s: float) -> list[ActionCommand]:
+    def poll(self, timeout_s: float) -> list[Received]:
         """The next batch of commands, or [] after `timeout_s`."""
         try:
             batch = self._batches.get(timeout=timeout_s)

@@ -17,6 +17,9 @@ Delivery is at-least-once and in order: after a partial failure (or a kill
 between send and acknowledgement) the unacknowledged tail is resent, so a
 record may arrive twice but never out of order and never not at all (unless
 the spool bound forced a counted drop). `stats()` counts resends.
+
+A publisher given a `signer` (the node agent's) signs each message's exact
+bytes when it is produced, so spooled records are signed too.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from kafka.errors import KafkaError
 from collectors.spool import LOW_VALUE_TAGS, Entry, Spool
 from schemas.codec import Codec
 from schemas.records import Record
+from schemas.signing import Signer
 from schemas.topics import Topics, key_for, tag_of
 
 log = logging.getLogger(__name__)
@@ -43,7 +47,8 @@ class Publisher:
     def __init__(self, *, servers: str, topics: Topics, spool_dir: Path, spool_max_bytes: int = 256 << 20,
                  batch_size: int = 500, linger_s: float = 0.2, send_timeout_s: float = 10.0,
                  retry_backoff_s: float = 1.0, compression: str = "gzip", client_id: str = "trainguard-collector",
-                 sync: str = "process") -> None:
+                 sync: str = "process", signer: Signer | None = None,
+                 client_options: dict[str, Any] | None = None) -> None:
         self.servers = servers
         self.topics = topics
         self.spool = Spool(spool_dir, max_bytes=spool_max_bytes, sync=sync)
@@ -61,7 +66,9 @@ class Publisher:
             request_timeout_ms=int(send_timeout_s * 1000) // 2, max_block_ms=int(send_timeout_s * 1000) // 2,
             delivery_timeout_ms=int(send_timeout_s * 1000), retries=3,
             bootstrap_timeout_ms=int(send_timeout_s * 1000) // 2,  # default 30 s would stall close()
+            **(client_options or {}),
         )
+        self._signer = signer
         self._codec = Codec()
         self._producer: KafkaProducer | None = None
         self._stopping = threading.Event()
@@ -155,7 +162,8 @@ class Publisher:
         """Send in order and wait for the acks; returns how many, from the start, were acknowledged."""
         try:
             producer = self._ensure_producer()
-            futures = [producer.send(e.topic, key=e.key, value=e.value) for e in entries]
+            sign = self._signer.headers if self._signer else lambda value: None
+            futures = [producer.send(e.topic, key=e.key, value=e.value, headers=sign(e.value)) for e in entries]
             producer.flush(timeout=self._send_timeout_s)
         except KafkaError as exc:
             log.warning("broker %s unreachable (%s); %d records spooled", self.servers, exc, len(self.spool))

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class AgentSettings(BaseModel):
     """`trainguard run`: the on-node agent that supervises training processes."""
+
+    model_config = ConfigDict(extra="forbid")
 
     state_dir: Path = Field(Path(".trainguard/agent"), description="executed command ids, attempt, stack dumps")
     grace_s: float = Field(30.0, gt=0, description="SIGTERM -> SIGKILL grace when stopping the training process")
@@ -24,6 +26,8 @@ class AgentSettings(BaseModel):
 
 class CollectorSettings(BaseModel):
     """What `trainguard collect` runs on a node, and how often."""
+
+    model_config = ConfigDict(extra="forbid")
 
     node: str = Field("", description="node name; empty means NODE_NAME or the hostname")
     gpu_interval_s: float = Field(1.0, gt=0)

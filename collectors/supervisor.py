@@ -37,7 +37,7 @@ class ProcessSupervisor:
         """Start the command with `env` added to the agent's environment; returns the pid."""
         if self.pid is not None:
             raise RuntimeError("the training process is already running")
-        self._proc = subprocess.Popen(self.argv, env={**os.environ, **env}, stdout=subprocess.PIPE,
+        self._proc = subprocess.Popen(self.argv, env={**without_keys(os.environ), **env}, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
         self._pumps = [threading.Thread(target=self._pump, args=(stream, name), daemon=True, name=f"pump-{name}")
                        for stream, name in ((self._proc.stdout, "stdout"), (self._proc.stderr, "stderr"))]
@@ -108,6 +108,18 @@ def env_of(pid: int, name: str, proc: Path = Path("/proc")) -> str | None:
         if key.decode(errors="replace") == name:
             return value.decode(errors="replace")
     return None
+
+
+def without_keys(env: Mapping[str, str]) -> dict[str, str]:
+    """The agent's environment minus anything naming its signing keys: training code never sees them.
+
+    >>> without_keys({"PATH": "/bin", "TRAINGUARD_SECURITY__NODE_PRIVATE_KEY": "/k", "TRAINGUARD_JOB": "j"})
+    {'PATH': '/bin', 'TRAINGUARD_JOB': 'j'}
+    """
+    return {k: v for k, v in env.items() if not k.upper().startswith(SECRET_ENV_PREFIXES)}
+
+
+SECRET_ENV_PREFIXES = ("TRAINGUARD_SECURITY__", "TRAINGUARD_ACTIONS__HMAC")
 
 
 def _signal_group(pid: int, signum: int) -> None:

@@ -24,6 +24,7 @@ import atexit
 import faulthandler
 import hashlib
 import json
+import logging
 import os
 import signal
 import threading
@@ -41,6 +42,8 @@ from schemas.topics import Topics
 PEAK_FLOPS: dict[str, float] = {"B200": 2.25e15, "H200": 989e12, "H100": 989e12, "H800": 989e12,
                                 "A100": 312e12, "A800": 312e12, "L40S": 362e12, "V100": 125e12}
 
+
+log = logging.getLogger(__name__)
 
 class Sink(Protocol):
     """Where records go: `collectors.publisher.Publisher`, or anything alike."""
@@ -243,13 +246,19 @@ class TrainingMonitor:
 
     def _default_publisher(self) -> Sink:
         from collectors.publisher import Publisher
+        from schemas.kafka_config import broker_from_environment, client_options
 
         base = Path(self.env.get("TRAINGUARD_COLLECTORS__SPOOL_DIR", ".trainguard/spool"))
+        try:  # TLS/SASL from the TRAINGUARD_BROKER__* variables the agent's environment passes on
+            kafka = client_options(broker_from_environment(), "kafka-python")
+        except ValueError as exc:  # never stop training over telemetry: records spool until fixed
+            log.error("trainguard hook: broker security settings unusable (%s); spooling to disk", exc)
+            kafka = {}
         return Publisher(servers=self.env.get("TRAINGUARD_BROKER__BOOTSTRAP") or "127.0.0.1:9092",
                          topics=Topics(self.env.get("TRAINGUARD_TOPICS__PREFIX", "tg.")),
                          spool_dir=base / f"hook-{self.job}-{self.where.rank}",
                          linger_s=1.0,  # one produce round trip per second keeps the CPU cost < 1%
-                         client_id=f"trainguard-hook-{self.job}-{self.where.rank}",
+                         client_id=f"trainguard-hook-{self.job}-{self.where.rank}", client_options=kafka,
                          sync=self.env.get("TRAINGUARD_COLLECTORS__SPOOL_SYNC", "process"))
 
 

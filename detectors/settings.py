@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class DetectorSpec(BaseModel):
     """One configured detector instance."""
+
+    model_config = ConfigDict(extra="forbid")
 
     type: str
     name: str = ""
@@ -31,11 +33,15 @@ DEFAULT_TYPES: tuple[str, ...] = ("nan", "hw_fault", "network", "hang", "slowdow
 class CorrelatorSettings(BaseModel):
     """How anomalies merge into incidents."""
 
+    model_config = ConfigDict(extra="forbid")
+
     window_s: float = Field(300.0, gt=0, description="an incident stays open this long after its last anomaly")
 
 
 class DetectorSettings(BaseModel):
     """The `detectors:` section of the config."""
+
+    model_config = ConfigDict(extra="forbid")
 
     instances: list[DetectorSpec] = Field(default_factory=default_specs)
     correlator: CorrelatorSettings = Field(default_factory=CorrelatorSettings)

@@ -357,8 +357,10 @@ class Decision(Record, tag="decision", frozen=True):
 class ActionCommand(Record, tag="action_command", frozen=True):
     """A signed instruction to an executor or an on-node agent.
 
-    `signature` is an HMAC over the command's other fields (see
-    `actions.signing`); an unsigned or forged command is refused.
+    `ts` is the issue time and `expires` the time after which no agent may
+    carry it out. The Ed25519 signature is detached: it travels in the Kafka
+    message's headers and covers these bytes exactly (see `schemas.signing`);
+    an unsigned, forged, expired or replayed command is refused and audited.
     """
 
     id: str
@@ -369,7 +371,7 @@ class ActionCommand(Record, tag="action_command", frozen=True):
     params: dict[str, Any] = {}
     decision_id: str = ""
     incident_id: str = ""
-    signature: str = ""
+    expires: float = 0.0
 
 
 class ActionResult(Record, tag="action_result", frozen=True):

@@ -27,18 +27,19 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from schemas.codec import Codec, DecodeError
-from schemas.records import Incident, Record
+from schemas.kafka_config import BrokerSettings, client_options
+from schemas.records import ActionResult, Incident, Record
 from schemas.topics import Topics
 from streams import kafka_io
 from streams.action_consumer import ActCore
-from trainguard.settings import BrokerSettings, Settings
+from streams.settings import ActConfig
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Record], None]
@@ -95,8 +96,15 @@ class ActLoop:
         await self._catch_up(consumer)
         for message in incidents:
             record = self._decode(message.value)
-            if isinstance(record, Incident):
+            if isinstance(record, Incident) and self._trusted(record, message):
                 self.core.decide(record)
+
+    def _trusted(self, record: Record, message: ConsumerRecord[Any, Any]) -> bool:
+        """Signatures: an agent's result must be signed by its node, an incident by the worker where
+        `security.worker_public_keys` asks for it (the exact bytes and headers as received)."""
+        if not isinstance(record, (ActionResult, Incident)):
+            return True
+        return self.core.trusts(record, message.value, _headers(message), topic=message.topic, offset=message.offset)
 
     async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
         """Read the state partitions up to their current end before deciding (bounded wait)."""
@@ -116,7 +124,7 @@ class ActLoop:
         handler = self.handlers[topic]
         for message in records:
             record = self._decode(message.value)
-            if record is not None:
+            if record is not None and self._trusted(record, message):
                 handler(record)
 
     def _decode(self, value: bytes) -> Record | None:
@@ -126,14 +134,21 @@ class ActLoop:
             return None  # the worker dead-letters malformed input; here it is only skipped
 
 
-def create_act_app(settings: Settings, core: ActCore, *, max_incidents: int | None = None,
+def _headers(message: ConsumerRecord[Any, Any]) -> list[tuple[str, bytes]]:
+    """A record's headers as (name, bytes) pairs."""
+    headers: Sequence[tuple[str, bytes | None]] = message.headers or ()
+    return [(str(k), bytes(v or b"")) for k, v in headers]
+
+
+def create_act_app(settings: ActConfig, core: ActCore, *, max_incidents: int | None = None,
                    timeout_s: float | None = None) -> faust.App:
     """Build the act app around `core`; stops itself after `max_incidents` decisions or `timeout_s`."""
     cfg = settings.actions
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     app = faust.App(f"{cfg.group_id}.app", broker=f"kafka://{settings.broker.servers}", store="memory://",
                     datadir=str(cfg.state_dir / "faust"), topic_partitions=settings.topics.partitions,
-                    topic_replication_factor=settings.topics.replication, web_enabled=False)
+                    topic_replication_factor=settings.topics.replication, web_enabled=False,
+                    **client_options(settings.broker, "faust"))
     loop = ActLoop(broker=settings.broker, topics=Topics(settings.topics.prefix), core=core,
                    group_id=cfg.group_id, state_wait_s=cfg.state_wait_s)
     app.trainguard_core = core  # type: ignore[attr-defined]

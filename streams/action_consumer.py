@@ -18,6 +18,13 @@ pure `actions.operator` under the runner's lock and audited under the
 operator's name; the rails' state (breaker, standby pool, evicted nodes) is
 published as a `rails_state` audit entry whenever it changes, for the
 console to show.
+
+Nothing on these topics is trusted by being there (`trusts`, called by the
+app for each record before it is handed over): an `ActionResult` counts
+only when the node it names signed it (`security.node_public_keys`), and
+where Kafka ACLs cannot restrict who writes incidents, only incidents the
+worker signed are acted on (`security.worker_public_keys`). Whatever fails
+is audited (`result_rejected`, `incident_rejected`) and otherwise ignored.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from actions.engine import DecisionEngine
@@ -36,6 +43,7 @@ from actions.runner import PlanRunner
 from detectors.common import Bounded, bounded_evictions
 from schemas.records import (ActionResult, AuditEntry, CheckpointEvent, Decision, Incident, JobTopology,
                              OperatorCommand, Record, TrainingStep)
+from schemas.signing import KeyRing, signed_by_node
 from streams.action_metrics import ActionMetrics
 
 log = logging.getLogger(__name__)
@@ -49,7 +57,8 @@ class ActCore:
     def __init__(self, *, engine: DecisionEngine, runner: PlanRunner, knowledge: JobKnowledge, publish: Publish,
                  metrics: ActionMetrics | None = None, ettr: EttrAccount | None = None,
                  on_decision: OnDecision | None = None, plan_workers: int = 4, max_jobs: int = 4096,
-                 operator_max_age_s: float = DEFAULT_MAX_AGE_S) -> None:
+                 operator_max_age_s: float = DEFAULT_MAX_AGE_S, node_keys: KeyRing | None = None,
+                 worker_keys: KeyRing | None = None) -> None:
         self.engine = engine
         self.runner = runner
         self.knowledge = knowledge
@@ -64,8 +73,34 @@ class ActCore:
         self._running: dict[str, Future[Decision]] = {}  # decision id -> its plan
         self.operator_max_age_s = operator_max_age_s
         self._rails_shown: dict[str, object] | None = None
+        self.node_keys = node_keys or KeyRing()  # who may sign results (each node its own)
+        self.worker_keys = worker_keys or KeyRing()  # empty: incidents trusted by Kafka ACLs alone
 
     # ------------------------------------------------------------ records
+
+    def trusts(self, record: Record, value: bytes, headers: Sequence[tuple[str, bytes]] | None, *,
+               topic: str = "", offset: int = -1) -> bool:
+        """Whether `record` (exactly `value`, as received with `headers`) may be acted on; audit it if not."""
+        problem = self._distrust(record, value, headers)
+        if problem:
+            self._reject(record, problem, topic, offset)
+        return not problem
+
+    def _distrust(self, record: Record, value: bytes, headers: Sequence[tuple[str, bytes]] | None) -> str:
+        """Why a result or incident must be ignored ("" if trusted)."""
+        if isinstance(record, ActionResult):
+            return signed_by_node(self.node_keys, value, headers, record.node)
+        if isinstance(record, Incident) and self.worker_keys:
+            return self.worker_keys.check(value, headers)[1]
+        return ""
+
+    def _reject(self, record: Record, problem: str, topic: str, offset: int) -> None:
+        is_result = isinstance(record, ActionResult)
+        subject = record.command_id if isinstance(record, ActionResult) else getattr(record, "id", "")
+        self.publish(AuditEntry(ts=time.time(), event="result_rejected" if is_result else "incident_rejected",
+                                subject_id=subject, actor="trainguard-act",
+                                detail={"job": getattr(record, "job", ""), "node": getattr(record, "node", ""),
+                                        "reason": problem, "topic": topic, "offset": offset}))
 
     def observe(self, record: Record) -> None:
         """Apply one state record (checkpoint, topology, step, agent result); journaled before return."""

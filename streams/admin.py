@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
 
 from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 
+from schemas.kafka_config import BrokerSettings
 from schemas.topics import Topics
 from streams import kafka_io
+from streams.settings import KafkaConfig
 
-if TYPE_CHECKING:
-    from trainguard.settings import BrokerSettings, Settings
+
+class BrokerUnreachable(ConnectionError):
+    """No broker answered (or it refused us) within the configured wait; the message names the address."""
+
+
+def require_broker(settings: KafkaConfig) -> None:
+    """Return once the broker answers; raise `BrokerUnreachable` after `broker.connect_timeout_s`.
+
+    Commands call this first so an unreachable or misconfigured cluster is one
+    clear line within a bounded wait, not a client timeout 30 s later.
+    """
+    broker = settings.broker
+    deadline = time.monotonic() + broker.connect_timeout_s
+    while True:
+        left_ms = max(1000, int((deadline - time.monotonic()) * 1000))
+        try:
+            admin = kafka_io.admin(broker, "trainguard-check", request_timeout_ms=left_ms,
+                                   bootstrap_timeout_ms=left_ms)
+        except KafkaError as exc:
+            if time.monotonic() >= deadline:
+                raise BrokerUnreachable(f"broker {broker.servers} unreachable after {broker.connect_timeout_s:g}s "
+                                        f"({type(exc).__name__}; check broker.bootstrap and its security "
+                                        f"settings, or raise broker.connect_timeout_s)") from None
+            time.sleep(0.5)
+            continue
+        admin.close()
+        return
 
 
 def ensure_topics(broker: BrokerSettings | str, names: list[str], *, partitions: int, replication: int,
@@ -38,7 +65,7 @@ def ensure_topics(broker: BrokerSettings | str, names: list[str], *, partitions:
         admin.close()
 
 
-def ensure_configured_topics(settings: Settings, names: list[str] | None = None) -> list[str]:
+def ensure_configured_topics(settings: KafkaConfig, names: list[str] | None = None) -> list[str]:
     """`ensure_topics` with the configured servers, layout and (by default) every topic of the prefix."""
     topics = Topics(settings.topics.prefix)
     return ensure_topics(settings.broker, names or topics.all(), partitions=settings.topics.partitions,

@@ -17,15 +17,16 @@ import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from detectors.pipeline import DetectionPipeline
+from schemas.kafka_config import client_options
 from schemas.topics import Topics
 from streams.fastpath import BatchLoop
 from streams.metrics import WorkerMetrics, detector_evictions, detector_state_sizes
+from streams.settings import WorkerConfig
 from streams.tasks import NodeJobTable, TaskFactory
 from streams.watermark import EventClock
-from trainguard.settings import Settings
 
 
-def create_app(settings: Settings) -> faust.App:
+def create_app(settings: WorkerConfig) -> faust.App:
     """Build the worker app: the batch loop task and the web endpoints."""
     topics = Topics(settings.topics.prefix)
     settings.worker.state_dir.mkdir(parents=True, exist_ok=True)
@@ -45,13 +46,15 @@ def create_app(settings: Settings) -> faust.App:
         # its default 60 s session timeout after a SIGKILL: the batch loop starts after it.
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
+        **client_options(settings.broker, "faust"),
     )
+    signer = settings.security.signer("worker") if settings.security.worker_private_key else None
     w = settings.worker
     factory = TaskFactory(topics=topics, partitions=settings.topics.partitions,
                           new_pipeline=lambda: DetectionPipeline.from_settings(settings.detectors),
                           new_clock=lambda: EventClock(max_ahead_s=w.max_ahead_s, idle_after_s=w.idle_after_s,
                                                        confirm_within=w.confirm_within),
-                          table=NodeJobTable())
+                          table=NodeJobTable(), signer=signer)
     loop = BatchLoop(broker=settings.broker, topics=topics, factory=factory, group_id=f"{w.app_id}.detect",
                      max_records=w.fetch_max_records, poll_timeout_s=w.batch_within_s,
                      lag_interval_s=settings.metrics.lag_interval_s, commit_interval_s=w.commit_interval_s,

@@ -7,27 +7,40 @@ so a fast agent's answer is never missed; results for other commands that
 arrive meanwhile are kept for their own `collect` call. Plans of several
 jobs run on threads at once, so the one results consumer is polled under a
 lock, briefly, by whichever thread is waiting.
+
+Every command is stamped with its issue time and expiry, encoded, and the
+encoded bytes signed with act's key (headers `tg-kid`/`tg-sig`). A result
+counts only if the node it names signed it; anything else is handed to
+`on_reject` (audited by the caller) and ignored.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
 
 from detectors.common import Bounded
 from schemas.codec import Codec, DecodeError
+from schemas.kafka_config import BrokerSettings
 from schemas.records import ActionCommand, ActionResult
+from schemas.signing import KeyRing, Signer, signed_by_node
 from schemas.topics import Topics
 from streams import kafka_io
-from trainguard.settings import BrokerSettings
 
 
 class KafkaCommandBus:
     """`actions.executors.local.CommandBus` over Kafka."""
 
-    def __init__(self, *, broker: BrokerSettings | str, topics: Topics, codec: Codec | None = None) -> None:
+    def __init__(self, *, broker: BrokerSettings | str, topics: Topics, signer: Signer, node_keys: KeyRing,
+                 ttl_s: float, on_reject: Callable[[ActionResult | None, str], None] = lambda result, why: None,
+                 codec: Codec | None = None) -> None:
         self.topics = topics
         self.codec = codec or Codec()
+        self.signer, self.node_keys, self.ttl_s, self.on_reject = signer, node_keys, ttl_s, on_reject
         settings = kafka_io.as_broker(broker)
         # Reconnect fast after a broker outage (kafka-python backs off up to 30 s by default).
         self._producer = kafka_io.producer(settings, linger_ms=0, reconnect_backoff_max_ms=500)
@@ -43,10 +56,15 @@ class KafkaCommandBus:
         # would pile up: the oldest are forgotten past the bound.
         self._pending: Bounded[str, list[ActionResult]] = Bounded(10_000)
 
-    def send(self, command: ActionCommand) -> None:
-        """Publish one signed command, keyed by its job."""
-        self._producer.send(self.topics.name("actions"), key=command.job.encode(), value=self.codec.encode(command))
+    def send(self, command: ActionCommand) -> ActionCommand:
+        """Stamp issue time and expiry, sign the encoded bytes, publish keyed by job; returns what was sent."""
+        now = time.time()
+        command = msgspec.structs.replace(command, ts=now, expires=now + self.ttl_s)
+        value = self.codec.encode(command)
+        self._producer.send(self.topics.name("actions"), key=command.job.encode(), value=value,
+                            headers=self.signer.headers(value))
         self._producer.flush()
+        return command
 
     def collect(self, command_id: str, *, nodes: list[str], timeout_s: float) -> list[ActionResult]:
         """Results for `command_id` until every node answered (or one, if `nodes` is empty)."""
@@ -57,14 +75,22 @@ class KafkaCommandBus:
                     break
                 for messages in self._consumer.poll(timeout_ms=100).values():
                     for msg in messages:
-                        try:
-                            result = self.codec.decode(msg.value, ActionResult)
-                        except DecodeError:
-                            continue
-                        self._pending[result.command_id] = [*self._pending.get(result.command_id, []), result]
+                        self._take(msg.value, msg.headers)
             time.sleep(0.001)  # let another waiting thread take the lock
         with self._lock:
             return self._pending.pop(command_id, [])
+
+    def _take(self, value: bytes, headers: Any) -> None:
+        """Keep a result for its `collect` call if the node it names signed it; otherwise reject it."""
+        try:
+            result = self.codec.decode(value, ActionResult)
+        except DecodeError:
+            return
+        problem = signed_by_node(self.node_keys, value, headers, result.node)
+        if problem:
+            self.on_reject(result, problem)
+            return
+        self._pending[result.command_id] = [*self._pending.get(result.command_id, []), result]
 
     def close(self) -> None:
         """Release the Kafka clients."""

@@ -41,7 +41,7 @@ from streams.processor import OutMessage
 from streams.tasks import Task, TaskFactory, read_snapshots, task_key
 
 if TYPE_CHECKING:
-    from trainguard.settings import BrokerSettings
+    from schemas.kafka_config import BrokerSettings
 
 log = logging.getLogger(__name__)
 SNAPSHOT_BUDGET = 0.05  # share of the loop's time that snapshots may take
@@ -218,7 +218,7 @@ class BatchLoop:
         if self.exactly_once:
             await self._begin(producer)
             for out in outputs:  # acknowledged by the transaction's commit
-                await producer.send(out.topic, out.value, key=out.key)
+                await producer.send(out.topic, out.value, key=out.key, headers=out.headers)
         else:
             await kafka_io.send_all(producer, outputs)
 

@@ -2,9 +2,11 @@
 
 Every client is built from the `BrokerSettings` object, never from a bare
 "host:port" string, so connection options that every client must carry
-(TLS, SASL, ...) are added in one function, `client_options`, and reach
-the aiokafka consumer and producer (transactional or not), the kafka-python
-consumer/producer and the admin client alike.
+(TLS, mutual TLS, SASL PLAIN/SCRAM/OAUTHBEARER, pass-through properties:
+`schemas.kafka_config.client_options`) are added in one function here,
+`client_options`, and reach the aiokafka consumer and producer
+(transactional or not), the kafka-python consumer/producer and the admin
+client alike.
 
 Shared helpers live here too: the partitions of a topic (waiting for
 metadata instead of guessing), reading partitions up to the end offsets
@@ -17,15 +19,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AioTopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as SyncTopicPartition
 
-if TYPE_CHECKING:
-    from trainguard.settings import BrokerSettings
+from schemas.kafka_config import BrokerSettings, Flavour
+from schemas.kafka_config import client_options as security_options
 
 # The broker accepts messages up to its message.max.bytes (16 MB for the local
 # broker); producers default to 1 MiB. A worker that republishes what it read
@@ -42,18 +44,18 @@ class Outgoing(Protocol):
     def key(self) -> bytes: ...
     @property
     def value(self) -> bytes: ...
+    @property
+    def headers(self) -> list[tuple[str, bytes]] | None: ...
 
 
 def as_broker(broker: BrokerSettings | str) -> BrokerSettings:
     """`BrokerSettings` as given, or built from a "host:port" list (tests, tools)."""
-    from trainguard.settings import BrokerSettings
-
     return BrokerSettings(bootstrap=broker) if isinstance(broker, str) else broker
 
 
-def client_options(broker: BrokerSettings) -> dict[str, Any]:
-    """Options every Kafka client shares: where the cluster is (and, later, how to authenticate)."""
-    return {"bootstrap_servers": broker.servers}
+def client_options(broker: BrokerSettings, flavour: Flavour = "kafka-python") -> dict[str, Any]:
+    """Options every Kafka client of `flavour` shares: where the cluster is and how to reach it securely."""
+    return {"bootstrap_servers": broker.servers, **security_options(broker, flavour)}
 
 
 # ------------------------------------------------------------------ clients
@@ -65,7 +67,7 @@ def aio_consumer(broker: BrokerSettings, *topics: str, group_id: str | None = No
     config: dict[str, Any] = {"enable_auto_commit": False, "auto_offset_reset": "earliest",
                               "isolation_level": "read_committed" if read_committed else "read_uncommitted"}
     config.update(options)
-    return AIOKafkaConsumer(*topics, group_id=group_id, **client_options(broker), **config)
+    return AIOKafkaConsumer(*topics, group_id=group_id, **client_options(broker, "aiokafka"), **config)
 
 
 def aio_producer(broker: BrokerSettings, *, transactional_id: str | None = None, **options: Any) -> AIOKafkaProducer:
@@ -82,7 +84,7 @@ def aio_producer(broker: BrokerSettings, *, transactional_id: str | None = None,
         # fences it at once, this bounds the wait when no worker comes back.
         config.update(transactional_id=transactional_id, transaction_timeout_ms=15000)
     config.update(options)
-    return AIOKafkaProducer(**client_options(broker), **config)
+    return AIOKafkaProducer(**client_options(broker, "aiokafka"), **config)
 
 
 def consumer(broker: BrokerSettings, *topics: str, **options: Any) -> KafkaConsumer:
@@ -99,9 +101,9 @@ def producer(broker: BrokerSettings, **options: Any) -> KafkaProducer:
     return KafkaProducer(**client_options(broker), **config)
 
 
-def admin(broker: BrokerSettings, client_id: str = "trainguard-admin") -> KafkaAdminClient:
-    """An admin client (topic creation, group inspection)."""
-    return KafkaAdminClient(client_id=client_id, **client_options(broker))
+def admin(broker: BrokerSettings, client_id: str = "trainguard-admin", **options: Any) -> KafkaAdminClient:
+    """An admin client (topic creation, group inspection, the reachability check)."""
+    return KafkaAdminClient(client_id=client_id, **client_options(broker), **options)
 
 
 # ------------------------------------------------------------------ reading
@@ -165,7 +167,7 @@ async def aio_read_to_end(client: AIOKafkaConsumer, parts: Iterable[AioTopicPart
 
 
 async def send_all(client: AIOKafkaProducer, messages: Iterable[Outgoing]) -> None:
-    """Send every message and wait until the broker acknowledged all of them."""
-    acks = [await client.send(m.topic, m.value, key=m.key) for m in messages]
+    """Send every message (with its headers: signatures) and wait until the broker acknowledged all of them."""
+    acks = [await client.send(m.topic, m.value, key=m.key, headers=m.headers) for m in messages]
     if acks:
         await asyncio.gather(*acks)

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from detectors.pipeline import DetectionPipeline
 from schemas.codec import Codec, DecodeError
 from schemas.records import Anomaly, DeadLetter, Incident, Record
+from schemas.signing import Signer
 from schemas.topics import INTERNAL_RECORDS, NODE_TOPICS, TOPIC_RECORDS, Topics, key_for, tag_of
 from streams.watermark import EventClock
 
@@ -91,6 +92,7 @@ class OutMessage:
     topic: str
     key: bytes
     value: bytes
+    headers: list[tuple[str, bytes]] | None = None  # the detached signature of a signed incident
 
 
 @dataclass
@@ -108,8 +110,10 @@ class MessageProcessor:
     """Decode, validate, detect; produce anomalies, incidents, dead letters."""
 
     def __init__(self, pipeline: DetectionPipeline, topics: Topics, codec: Codec | None = None, *,
-                 stats: ProcessorStats | None = None, routing: Routing | None = None) -> None:
+                 stats: ProcessorStats | None = None, routing: Routing | None = None,
+                 signer: Signer | None = None) -> None:
         self.pipeline = pipeline
+        self.signer = signer  # signs incidents where Kafka ACLs cannot keep others from writing them
         self.topics = topics
         self.codec = codec or Codec()
         self.stats = stats or ProcessorStats()
@@ -268,5 +272,8 @@ class MessageProcessor:
         self.stats.anomalies += len(anomalies)
         self.stats.incidents += len(incidents)
         out = [OutMessage(self.topics.name("anomalies"), key_for(a), self.codec.encode(a)) for a in anomalies]
-        out += [OutMessage(self.topics.name("incidents"), key_for(i), self.codec.encode(i)) for i in incidents]
+        for incident in incidents:
+            value = self.codec.encode(incident)
+            headers = self.signer.headers(value) if self.signer else None
+            out.append(OutMessage(self.topics.name("incidents"), key_for(incident), value, headers))
         return out

@@ -20,16 +20,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import msgspec
 
 from schemas.codec import RECORD_TYPES, AnyRecord, Codec, DecodeError, record_tag
+from schemas.kafka_config import BrokerSettings
 from schemas.records import SCHEMA_VERSION, Record
 from schemas.topics import INPUT_TOPICS, TOPIC_OF_TAG, Topics, key_for, tag_of
-
-if TYPE_CHECKING:
-    from trainguard.settings import BrokerSettings
 
 
 class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):

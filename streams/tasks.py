@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any
 from kafka.partitioner.default import murmur2
 
 from detectors.pipeline import DetectionPipeline
+from schemas.signing import Signer
 from schemas.topics import Topics
 from streams import kafka_io, state
 from streams.processor import MessageProcessor, ProcessorStats, Routing
 from streams.watermark import EventClock
 
 if TYPE_CHECKING:
-    from trainguard.settings import BrokerSettings
+    from schemas.kafka_config import BrokerSettings
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class TaskFactory:
     new_clock: Callable[[], EventClock[Any]]
     table: NodeJobTable
     stats: ProcessorStats = field(default_factory=ProcessorStats)
+    signer: Signer | None = None  # signs incidents where Kafka ACLs cannot keep others from writing them
 
     def build(self, number: int, snapshot: state.Snapshot | None = None) -> Task:
         routing = Routing(task=number, job_of=self.table.job_of,
@@ -77,7 +79,7 @@ class TaskFactory:
         clock = self.new_clock()
         for tp, part in (snapshot.parts if snapshot is not None else {}).items():
             clock.assign(tp, part)
-        processor = MessageProcessor(pipeline, self.topics, stats=self.stats, routing=routing)
+        processor = MessageProcessor(pipeline, self.topics, stats=self.stats, routing=routing, signer=self.signer)
         if snapshot is not None:
             processor.buffer = list(snapshot.buffer)
             processor._seq = max((seq for _, seq, _ in snapshot.buffer), default=0)  # noqa: SLF001

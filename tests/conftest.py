@@ -8,12 +8,16 @@ messages.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from schemas.signing import generate
 from trainguard.localkafka.broker import LocalBroker
 from trainguard.settings import Settings, load_settings
 
@@ -44,15 +48,51 @@ def topic_prefix() -> str:
     return f"t{uuid.uuid4().hex[:10]}."
 
 
+class TestKeys:
+    """Signing keys made for the test run, as `trainguard keys generate` makes them (there is no default)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        generate(root, "act")
+        generate(root, "worker")
+
+    def node(self, *names: str) -> TestKeys:
+        """Make node keys (once each); call before starting `act`, which reads them at start."""
+        for name in names:
+            if not (self.root / "nodes" / f"{name}.key").exists():
+                generate(self.root / "nodes", name)
+        return self
+
+    def security(self) -> dict[str, Any]:
+        """The `security:` section using these keys."""
+        (self.root / "nodes").mkdir(exist_ok=True)
+        return {"act_private_key": str(self.root / "act.key"), "act_public_keys": [str(self.root / "act.pub")],
+                "node_private_key": str(self.root / "nodes" / "{node}.key"),
+                "node_public_keys": [str(self.root / "nodes")]}
+
+    def env(self, **extra: Any) -> dict[str, str]:
+        """The `security:` section as TRAINGUARD_SECURITY__* variables, for a `trainguard` subprocess."""
+        section = {**self.security(), **extra}
+        return {f"TRAINGUARD_SECURITY__{k.upper()}": json.dumps(v) if isinstance(v, list) else str(v)
+                for k, v in section.items()}
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> TestKeys:
+    """Keys shared by the session's tests (node keys are added on demand)."""
+    return TestKeys(tmp_path_factory.mktemp("keys"))
+
+
 @pytest.fixture
-def settings_factory(kafka: str, topic_prefix: str, tmp_path: os.PathLike[str]):  # type: ignore[no-untyped-def]
-    """Build Settings pointing at the live broker with this test's prefix."""
+def settings_factory(kafka: str, topic_prefix: str, tmp_path: os.PathLike[str], keys: TestKeys):  # type: ignore[no-untyped-def]
+    """Build Settings pointing at the live broker with this test's prefix (and the session's keys)."""
 
     def make(**overrides: object) -> Settings:
         base: dict[str, object] = {
             "topics": {"prefix": topic_prefix, "partitions": 2},
             "worker": {"app_id": f"w-{topic_prefix}", "state_dir": str(tmp_path) + "/worker"},
             "actions": {"group_id": f"a-{topic_prefix}"},
+            "security": keys.security(),
         }
         base.update(overrides)
         return load_settings(None, **base)

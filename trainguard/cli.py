@@ -11,8 +11,14 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from trainguard import __version__
+from schemas.kafka_config import SecretError
+from schemas.signing import KeyFileError
+from streams.admin import BrokerUnreachable
+from trainguard.errors import UsageError
+from trainguard.localkafka.broker import BrokerError
 from trainguard.settings import ConfigError, load_settings
 
 COMMANDS: tuple[str, ...] = (
@@ -34,12 +40,24 @@ COMMANDS: tuple[str, ...] = (
     "detectors",
     "demo",
     "ui",
+    "keys",
 )
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line (not the whole usage) and exit code 2.
+
+    Sub-command parsers inherit the class, so this holds at every level.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        hint = f" (see {self.prog} --help)"
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, one subparser per command module."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="trainguard",
         description="Keep large GPU training jobs productive: detect faults in real time, isolate fast, recover.",
     )
@@ -61,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(args.config)
         code = args.handler(args, settings)
-    except ConfigError as exc:
+    except (ConfigError, KeyFileError, SecretError, UsageError, BrokerUnreachable, BrokerError) as exc:
         print(f"trainguard: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,8 +1,9 @@
 """All configuration in one typed tree: YAML file, then TRAINGUARD_* env vars.
 
 Each package owns the model of its own section (detectors.settings,
-actions.settings, collectors.settings); this module only composes them and
-adds the edges' settings (broker, topics, worker). Environment variables
+actions.settings, collectors.settings, streams.settings; broker and topics
+in schemas.kafka_config, signing keys in schemas.keys, because collectors
+and streams both read them); this module only composes them. Environment variables
 override the file, with `__` between levels, e.g.
 `TRAINGUARD_BROKER__PORT=19092`.
 """
@@ -12,68 +13,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from actions.settings import ActionSettings
 from collectors.settings import CollectorSettings
 from detectors.settings import DetectorSettings
+from schemas.kafka_config import BrokerSettings, TopicSettings
+from schemas.keys import SecuritySettings
 from streams.console.settings import ConsoleSettings
+from streams.settings import MetricsSettings, WorkerSettings
 
-
-class BrokerSettings(BaseModel):
-    """The Kafka cluster to talk to, and the local broker `trainguard broker` runs."""
-
-    bootstrap: str = Field("", description="host:port list; empty means the local broker")
-    host: str = "127.0.0.1"
-    port: int = Field(9092, ge=1, le=65535)
-    controller_port: int = Field(9093, ge=1, le=65535)
-    data_dir: Path = Path(".trainguard/kafka")
-    heap_mb: int = Field(512, ge=128)
-    start_timeout_s: float = Field(90.0, gt=0)
-
-    @property
-    def servers(self) -> str:
-        """The bootstrap servers clients use."""
-        return self.bootstrap or f"{self.host}:{self.port}"
-
-
-class TopicSettings(BaseModel):
-    """Topic naming and layout."""
-
-    prefix: str = "tg."
-    partitions: int = Field(4, ge=1)
-    replication: int = Field(1, ge=1)
-
-
-class WorkerSettings(BaseModel):
-    """The stream worker (streams.app): batch loop, event time, durable state."""
-
-    app_id: str = "trainguard-worker"
-    web_port: int = Field(6066, ge=1, le=65535)
-    batch_within_s: float = Field(0.05, gt=0, description="longest wait for a fetch when input is quiet")
-    fetch_max_records: int = Field(5000, ge=1, description="most messages one fetch hands over")
-    state_dir: Path = Path(".trainguard/worker")
-    max_ahead_s: float = Field(30.0, gt=0, description="a record dated further ahead of its partition or broker "
-                                                       "timestamp is held, then dead-lettered; it never moves time")
-    idle_after_s: float = Field(5.0, gt=0, description="a caught-up partition silent this long (wall clock) is set "
-                                                       "aside from the watermark")
-    confirm_within: int = Field(20, ge=1, description="later in-time records of a partition after which a held "
-                                                     "future-dated record is dead-lettered")
-    exactly_once: bool = Field(True, description="outputs, detector snapshots and input offsets in one Kafka "
-                                                 "transaction; off: at-least-once, no snapshots")
-    commit_interval_s: float = Field(1.0, gt=0, description="how often outputs, a detector-state snapshot and input "
-                                                            "offsets are committed (one transaction)")
-    instance: str = Field("", description="stable name of this worker (transactional id, state key); "
-                                          "empty: the host name")
-
-
-class MetricsSettings(BaseModel):
-    """Prometheus exposition."""
-
-    enabled: bool = True
-    port: int = Field(0, ge=0, le=65535, description="0 disables the HTTP endpoint")
-    lag_interval_s: float = Field(5.0, gt=0, description="how often the worker refreshes its consumer-lag gauge")
+__all__ = ["BrokerSettings", "ConfigError", "MetricsSettings", "Settings", "TopicSettings", "WorkerSettings",
+           "load_settings"]  # the section models are re-exported: older code imports them from here
 
 
 class Settings(BaseSettings):
@@ -91,6 +43,7 @@ class Settings(BaseSettings):
     collectors: CollectorSettings = Field(default_factory=CollectorSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
 
     @classmethod
     def settings_customise_sources(
@@ -121,16 +74,40 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
     config = SettingsConfigDict(**{**Settings.model_config, "yaml_file": yaml_path})
     loader = type("FileSettings", (Settings,), {"model_config": config})
     try:
-        return loader(**overrides)
+        settings = loader(**overrides)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
     except Exception as exc:  # YAML syntax errors and the like
         raise ConfigError(f"config file {yaml_path}: {exc}".replace("\n", " ")) from None
+    _check_detectors(settings)
+    return settings
 
 
-def _one_line(exc: ValidationError) -> str:
+def _check_detectors(settings: Settings) -> None:
+    """Validate every detector's type and parameters now, so a typo fails before anything starts."""
+    from importlib.metadata import entry_points
+
+    from detectors.registry import GROUP, UnknownDetector, validate_params
+
+    eps = list(entry_points(group=GROUP))  # scanned once: the scan is slow
+    for i, spec in enumerate(settings.detectors.instances):
+        where = f"detectors.instances[{i}]"
+        try:
+            spec.params = validate_params(spec.type, spec.params, eps)
+        except UnknownDetector as exc:
+            raise ConfigError(f"config error: {where}.type: {exc.args[0]}") from None
+        except ValidationError as exc:
+            raise ConfigError(_one_line(exc, prefix=f"{where}.params")) from None
+        except Exception as exc:  # a plug-in that fails to import
+            raise ConfigError(f"config error: {where}.type: {spec.type!r} cannot be loaded ({exc})") from None
+
+
+def _one_line(exc: ValidationError, prefix: str = "") -> str:
     err = exc.errors()[0]
-    key = ".".join(str(p) for p in err["loc"]) or "(root)"
+    key = prefix
+    for part in err["loc"]:
+        key += f"[{part}]" if isinstance(part, int) else f".{part}" if key else str(part)
+    key = key or "(root)"
     value = err.get("input")
     shown = "" if isinstance(value, dict) else f" (got {value!r})"
     more = f" [+{exc.error_count() - 1} more]" if exc.error_count() > 1 else ""

@@ -1,6 +1,6 @@
 """The local executor: commands go to the `trainguard run` node agents.
 
-It signs nothing itself (the runner signs every command) and touches no
+It signs nothing itself (the bus signs the exact bytes it sends) and touches no
 process: it hands the command to a `CommandBus` (Kafka in production, see
 `streams.command_bus`) and waits, up to a timeout, for each target agent's
 `ActionResult`. An agent that does not answer in time counts as a failure,
@@ -24,8 +24,8 @@ _TRANSLATE = {"evict_node": "stop", "cordon_node": "stop", "retry": "restart_fro
 class CommandBus(Protocol):
     """Where commands go and results come back from."""
 
-    def send(self, command: ActionCommand) -> None:
-        """Publish one signed command."""
+    def send(self, command: ActionCommand) -> ActionCommand:
+        """Publish one command, signed and stamped with its expiry; returns what was sent."""
         ...
 
     def collect(self, command_id: str, *, nodes: list[str], timeout_s: float) -> list[ActionResult]:
@@ -39,11 +39,10 @@ class LocalExecutor:
     name = "local"
     handles = AGENT_ACTIONS | frozenset({"evict_node", "cordon_node", "uncordon_node"})
 
-    def __init__(self, *, bus: CommandBus, timeout_s: float, clock: Clock, sign: "Signer") -> None:
+    def __init__(self, *, bus: CommandBus, timeout_s: float, clock: Clock) -> None:
         self.bus = bus
         self.timeout_s = timeout_s
         self.clock = clock
-        self.sign = sign
 
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
         """Send, wait for the targets' results, merge them."""
@@ -54,17 +53,11 @@ class LocalExecutor:
                                 message="nothing to (un)cordon without a cluster scheduler", job=command.job)
         wire = command
         if command.action in _TRANSLATE:
-            wire = self.sign(msgspec.structs.replace(command, action=_TRANSLATE[command.action], signature=""))
-        self.bus.send(wire)
+            wire = msgspec.structs.replace(command, action=_TRANSLATE[command.action])
+        wire = self.bus.send(wire)
         results = self.bus.collect(wire.id, nodes=targets, timeout_s=self.timeout_s)
         answered = {r.node for r in results}
         missing = [n for n in targets if n not in answered]
         merged = merge_results(wire, results, ts=self.clock(), missing=missing)
         return msgspec.structs.replace(merged, action=command.action)
 
-
-class Signer(Protocol):
-    """Signs a command (`schemas.signing.sign` with the configured key)."""
-
-    def __call__(self, command: ActionCommand) -> ActionCommand:
-        ...

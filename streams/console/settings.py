@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ConsoleSettings(BaseModel):
     """The operator console (`trainguard ui`)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8765, ge=0, le=65535, description="port to listen on (0: any free port)")

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,11 +38,13 @@ def start(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def test_act_killed_while_an_agent_stops_the_evicted_node(kafka: str, topic_prefix: str, tmp_path: Path) -> None:
+def test_act_killed_while_an_agent_stops_the_evicted_node(kafka: str, topic_prefix: str, tmp_path: Path,
+                                                          keys: Any) -> None:
+    keys.node("node-1", "node-2")
     topics = Topics(topic_prefix)
     tap = Tap(kafka, topics)
     base = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": topic_prefix,
-            "TRAINGUARD_TOPICS__PARTITIONS": "2", "TRAINGUARD_ACTIONS__HMAC_KEY": "sigkill-key",
+            "TRAINGUARD_TOPICS__PARTITIONS": "2", **keys.env(),
             "TRAINGUARD_ACTIONS__GROUP_ID": f"a-{topic_prefix}", "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp_path / "act"),
             "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "60", "TRAINGUARD_COLLECTORS__AGENT__GRACE_S": "10",
             "STOP_S": "4", "PYTHONUNBUFFERED": "1"}

@@ -12,6 +12,7 @@ command is rejected by the agent and audited.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,18 +20,19 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaConsumer, KafkaProducer
 
 from schemas.codec import Codec
 from schemas.records import (ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, Record,
                              TrainingStep)
-from schemas.signing import sign
+from schemas.signing import Signer
 from schemas.topics import Topics, key_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
-KEY = "e2e-actions-key"
 SCRIPT = Path(__file__).parent / "agent_train_script.py"
 JOB = "act-e2e"
 
@@ -79,9 +81,11 @@ def tap(kafka: str, topic_prefix: str) -> Iterator[Tap]:
     t.close()
 
 
-def env_for(kafka: str, prefix: str, tmp: Path, **extra: str) -> dict[str, str]:
+def env_for(kafka: str, prefix: str, tmp: Path, security: dict[str, Any], **extra: str) -> dict[str, str]:
+    keys = {f"TRAINGUARD_SECURITY__{k.upper()}": v if isinstance(v, str) else json.dumps(v)
+            for k, v in security.items()}
     return {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": prefix,
-            "TRAINGUARD_TOPICS__PARTITIONS": "2", "TRAINGUARD_ACTIONS__HMAC_KEY": KEY,
+            "TRAINGUARD_TOPICS__PARTITIONS": "2", **keys,
             "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp / "act"), "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "90",
             "TRAINGUARD_COLLECTORS__SPOOL_DIR": str(tmp / "spool"),
             "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR": str(tmp / "agent"),
@@ -95,9 +99,10 @@ def trainguard(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
 
 
 def test_incident_to_restart_from_checkpoint_with_idempotency_and_forgery(
-        kafka: str, topic_prefix: str, tmp_path: Path, tap: Tap) -> None:
+        kafka: str, topic_prefix: str, tmp_path: Path, tap: Tap, keys: Any) -> None:
     (tmp_path / "ckpt").mkdir()
-    env = env_for(kafka, topic_prefix, tmp_path, TRAINGUARD_ACTIONS__GROUP_ID=f"a1-{topic_prefix}")
+    keys.node("node-1")
+    env = env_for(kafka, topic_prefix, tmp_path, keys.security(), TRAINGUARD_ACTIONS__GROUP_ID=f"a1-{topic_prefix}")
     agent = trainguard(env, "run", "--job", JOB, "--node", "node-1", "--linger", "60", "--", sys.executable,
                        str(SCRIPT))
     try:
@@ -132,18 +137,22 @@ def test_incident_to_restart_from_checkpoint_with_idempotency_and_forgery(
         env2 = {**env, "TRAINGUARD_ACTIONS__GROUP_ID": f"a2-{topic_prefix}"}
         act2 = trainguard(env2, "act", "--executor", "local", "--timeout", "30")
         tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "duplicate_incident")
-        forged = sign(ActionCommand(ts=time.time(), id="forged-1", action="restart_from_checkpoint", job=JOB,
-                                    params={"step": 5, "path": str(tmp_path / "ckpt" / "step5.pt")}), b"wrong-key")
-        tap.publish(forged)
-        rejected = tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "action_result"
+        forged = ActionCommand(ts=time.time(), expires=time.time() + 60, id="forged-1",
+                               action="restart_from_checkpoint", job=JOB,
+                               params={"step": 5, "path": str(tmp_path / "ckpt" / "step5.pt")})
+        value = tap.codec.encode(forged)  # signed, but not with act's key
+        tap.producer.send(tap.topics.name("actions"), key=JOB.encode(), value=value,
+                          headers=Signer("act", Ed25519PrivateKey.generate()).headers(value))
+        tap.producer.flush()
+        rejected = tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "command_rejected"
                             and r.subject_id == "forged-1")
-        assert isinstance(rejected, AuditEntry) and rejected.detail["status"] == "rejected"
+        assert isinstance(rejected, AuditEntry) and "does not verify" in rejected.detail["reason"]
         out2, _ = act2.communicate(timeout=90)
         assert act2.returncode == 0, out2
         tap.drain(2.0)
         restarts = [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "restart_from_checkpoint"
-                    and r.signature == restart.signature]
-        assert len(restarts) == 1  # the redelivered incident caused no second action
+                    and r.id == restart.id]
+        assert len(restarts) == 1 and len(restart.id.rsplit("-", 1)[1]) == 32  # no second action; random id
         assert not any(isinstance(r, TrainingStep) and r.attempt >= 2 for r in tap.seen)  # forgery did nothing
         assert any(isinstance(r, ActionResult) and r.command_id == "forged-1" and r.status == "rejected"
                    for r in tap.seen)

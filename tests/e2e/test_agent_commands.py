@@ -2,7 +2,7 @@
 
 The agent runs as a real subprocess supervising a real (small, CPU) torch
 training script instrumented with `trainguard.TrainingMonitor`. Commands are
-signed with `schemas.signing` and produced to the real `<prefix>actions`
+signed with a test act key (Ed25519, headers over the exact bytes) and produced to the real `<prefix>actions`
 topic; results, audit entries, steps and stacks are read back from Kafka.
 `trainguard selfcheck` belongs to another area, so the self-check command is
 configured to a stand-in script that prints the JSON object it would.
@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaConsumer, KafkaProducer
 
 from schemas.codec import Codec
 from schemas.records import ActionCommand, ActionResult, AuditEntry, Heartbeat, LogEvent, Record, StackSample, TrainingStep
-from schemas.signing import sign
+from schemas.signing import Signer, load_signer
 from schemas.topics import Topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
-KEY = b"e2e-secret"
 SCRIPT = Path(__file__).parent / "agent_train_script.py"
 FAKE_SELFCHECK = ["python3", "-c", "import json,sys; c=json.loads(sys.argv[2]); "
                   "print(json.dumps({'checked': c['id'], 'healthy': True}))"]
@@ -38,8 +38,9 @@ FAKE_SELFCHECK = ["python3", "-c", "import json,sys; c=json.loads(sys.argv[2]); 
 class Bus:
     """Produces commands and collects every record the agent and the job publish."""
 
-    def __init__(self, servers: str, topics: Topics) -> None:
+    def __init__(self, servers: str, topics: Topics, act: Signer) -> None:
         self.topics = topics
+        self.act = act
         self.codec = Codec()
         self.producer = KafkaProducer(bootstrap_servers=servers)
         self.consumer = KafkaConsumer(*[topics.name(t) for t in ("training", "checkpoints", "logs", "action-results",
@@ -48,11 +49,12 @@ class Bus:
                                       metadata_max_age_ms=1000)
         self.seen: list[Record] = []
 
-    def send(self, cmd: ActionCommand, key: bytes = KEY) -> ActionCommand:
-        signed = sign(cmd, key)
-        self.producer.send(self.topics.name("actions"), key=cmd.job.encode(), value=self.codec.encode(signed))
+    def send(self, cmd: ActionCommand, signer: Signer | None = None) -> ActionCommand:
+        value = self.codec.encode(cmd)
+        self.producer.send(self.topics.name("actions"), key=cmd.job.encode(), value=value,
+                           headers=(signer or self.act).headers(value))
         self.producer.flush()
-        return signed
+        return cmd
 
     def wait(self, pred: Callable[[Record], bool], timeout_s: float = 120.0) -> Record:
         """The first record (seen so far or arriving) that satisfies `pred`."""
@@ -77,17 +79,21 @@ class Bus:
 
 
 @pytest.fixture
-def bus(kafka: str, topic_prefix: str) -> Iterator[Bus]:
-    b = Bus(kafka, Topics(topic_prefix))
+def bus(kafka: str, topic_prefix: str, keys: Any) -> Iterator[Bus]:
+    keys.node("node-1")
+    b = Bus(kafka, Topics(topic_prefix), load_signer(keys.root / "act.key"))
+    b.security = keys.security()  # type: ignore[attr-defined]
     yield b
     b.close()
 
 
 def start_agent(kafka: str, prefix: str, tmp: Path, *, job: str, extra_env: dict[str, str] | None = None,
-                linger_s: float = 30.0) -> subprocess.Popen[str]:
+                linger_s: float = 30.0, security: dict[str, Any]) -> subprocess.Popen[str]:
     (tmp / "ckpt").mkdir(exist_ok=True)
     env = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": prefix,
-           "TRAINGUARD_ACTIONS__HMAC_KEY": KEY.decode(), "TRAINGUARD_COLLECTORS__SPOOL_DIR": str(tmp / "spool"),
+           "TRAINGUARD_SECURITY__NODE_PRIVATE_KEY": security["node_private_key"],
+           "TRAINGUARD_SECURITY__ACT_PUBLIC_KEYS": json.dumps(security["act_public_keys"]),
+           "TRAINGUARD_COLLECTORS__SPOOL_DIR": str(tmp / "spool"),
            "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR": str(tmp / "agent"),
            "TRAINGUARD_COLLECTORS__AGENT__GRACE_S": "5",
            "TRAINGUARD_COLLECTORS__AGENT__SELFCHECK_COMMAND": json.dumps(FAKE_SELFCHECK),
@@ -98,7 +104,8 @@ def start_agent(kafka: str, prefix: str, tmp: Path, *, job: str, extra_env: dict
 
 
 def _cmd(i: str, action: str, job: str, **kw: Any) -> ActionCommand:
-    return ActionCommand(ts=time.time(), id=i, action=action, job=job, **kw)  # type: ignore[arg-type]
+    now = time.time()
+    return ActionCommand(ts=now, expires=now + 120, id=i, action=action, job=job, **kw)  # type: ignore[arg-type]
 
 
 def _step(job: str, *, min_step: int = 0, attempt: int = 0, code_version: str = "") -> Callable[[Record], bool]:
@@ -108,14 +115,18 @@ def _step(job: str, *, min_step: int = 0, attempt: int = 0, code_version: str = 
 
 def test_agent_obeys_signed_commands_once(kafka: str, topic_prefix: str, tmp_path: Path, bus: Bus) -> None:
     job = "e2e-job"
-    agent = start_agent(kafka, topic_prefix, tmp_path, job=job)
+    agent = start_agent(kafka, topic_prefix, tmp_path, job=job, security=bus.security)
     try:
         bus.wait(_step(job, min_step=6))  # training runs and has saved step5.pt
 
-        forged = bus.send(_cmd("c-forged", "stop", job), key=b"wrong-key")
+        forged = bus.send(_cmd("c-forged", "stop", job), signer=Signer("act", Ed25519PrivateKey.generate()))
         assert bus.result(forged.id).status == "rejected"
         audit = bus.wait(lambda r: isinstance(r, AuditEntry) and r.subject_id == "c-forged")
         assert isinstance(audit, AuditEntry) and audit.event == "command_rejected"
+        expired = bus.send(ActionCommand(ts=time.time() - 300, expires=time.time() - 200, id="c-expired",
+                                         action="stop", job=job))
+        audit = bus.wait(lambda r: isinstance(r, AuditEntry) and r.subject_id == expired.id)
+        assert isinstance(audit, AuditEntry) and "expired" in audit.detail["reason"]
 
         bus.send(_cmd("c-other-node", "stop", job, nodes=["node-9"]))  # not ours: ignored
         ckpt = str(tmp_path / "ckpt" / "step5.pt")
@@ -155,7 +166,8 @@ def test_agent_dumps_stacks_of_a_hung_process_and_remembers_commands_across_rest
     job = "e2e-hang"
     hang_env = {"HANG_AT_STEP": "3", "TRAINGUARD_COLLECTORS__AGENT__HANG_SUSPECT_S": "2",
                 "TRAINGUARD_COLLECTORS__AGENT__HANG_STACK_EVERY_S": "1"}
-    agent = start_agent(kafka, topic_prefix, tmp_path, job=job, extra_env=hang_env)
+    agent = start_agent(kafka, topic_prefix, tmp_path, job=job, extra_env=hang_env,
+                        security=bus.security)
     try:
         bus.wait(_step(job, min_step=3))
         # Without any command, the agent's hang watch samples the stuck process by itself.
@@ -178,7 +190,8 @@ def test_agent_dumps_stacks_of_a_hung_process_and_remembers_commands_across_rest
         agent.send_signal(signal.SIGTERM)
         agent.communicate(timeout=60)
     # A new agent with the same state dir: the replayed command id is skipped, not executed.
-    agent = start_agent(kafka, topic_prefix, tmp_path, job=job, extra_env={"HANG_AT_STEP": "3"})
+    agent = start_agent(kafka, topic_prefix, tmp_path, job=job, extra_env={"HANG_AT_STEP": "3"},
+                        security=bus.security)
     try:
         bus.send(dump)
         bus.wait(lambda r: isinstance(r, ActionResult) and r.command_id == dump.id and r.status == "skipped")
@@ -190,7 +203,8 @@ def test_agent_dumps_stacks_of_a_hung_process_and_remembers_commands_across_rest
 def test_failure_is_reported_with_traceback_and_exit_code(kafka: str, topic_prefix: str, tmp_path: Path,
                                                          bus: Bus) -> None:
     job = "e2e-fail"
-    agent = start_agent(kafka, topic_prefix, tmp_path, job=job, extra_env={"FAIL_AT_STEP": "2"}, linger_s=0)
+    agent = start_agent(kafka, topic_prefix, tmp_path, job=job, extra_env={"FAIL_AT_STEP": "2"}, linger_s=0,
+                        security=bus.security)
     out, _ = agent.communicate(timeout=120)
     assert agent.returncode == 1, out
     tb = bus.wait(lambda r: isinstance(r, LogEvent) and r.category == "traceback")

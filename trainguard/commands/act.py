@@ -20,7 +20,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="Consume incidents, decide a recovery plan for each (journaled, so a redelivered "
                        "incident is acted on once), publish the decision and audit entries, and (unless --dry-run) "
                        "execute the plan: node-local steps through the `trainguard run` agents, evictions through "
-                       "the chosen executor, behind the circuit breaker, cooldown and approval rails.")
+                       "the chosen executor, behind the circuit breaker, cooldown and approval rails. Commands are signed "
+                       "with security.act_private_key and results accepted only when signed by their node "
+                       "(security.node_public_keys); without keys only --dry-run starts (docs/security.md).")
     p.add_argument("--executor", choices=["local", "kubernetes", "slurm"],
                    help="who carries out evictions (default: actions.executor)")
     p.add_argument("--dry-run", action="store_true", help="decide and record, but execute nothing")
@@ -39,12 +41,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     from schemas.topics import Topics
     from streams.act_app import create_act_app
-    from streams.admin import ensure_configured_topics
+    from streams.admin import ensure_configured_topics, require_broker
 
     console = Console()
     cfg = settings.actions
     dry_run = args.dry_run or cfg.dry_run
     topics = Topics(settings.topics.prefix)
+    if not dry_run:  # before touching the broker: no keys, no start (one line, exit 2)
+        settings.security.signer("act")
+        settings.security.required_ring("node")
+    require_broker(settings)
     ensure_configured_topics(settings)
     args.log.parent.mkdir(parents=True, exist_ok=True)
 
@@ -62,6 +68,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         core.metrics.serve(args.metrics_port)
     _wait_for_leadership(settings, console)
     mode = "dry-run" if dry_run else f"executor {args.executor or cfg.executor}"
+    if not settings.security.worker_public_keys:
+        console.print("act: incidents are trusted by who may write them (Kafka ACLs); set "
+                      "security.worker_public_keys to accept only incidents the worker signed")
     console.print(f"act: {mode}, consuming {topics.name('incidents')} on {settings.broker.servers}")
     app = create_act_app(settings, core, max_incidents=args.max_incidents, timeout_s=args.timeout)
     try:
@@ -103,19 +112,18 @@ def build_core(settings: Settings, topics: Any, *, executor: str, dry_run: bool,
     from actions.executors.local import LocalExecutor
     from actions.journal import Journal
     from actions.knowledge import JobKnowledge
-    from actions.runner import PlanRunner, Rails
-    from actions.safety import CircuitBreaker, Cooldown
-    from actions.standby import StandbyPool
+    from actions.runner import PlanRunner
     from schemas.codec import Codec
     from schemas.records import AuditEntry, Record
-    from schemas.signing import sign
     from schemas.topics import key_for
     from streams import kafka_io
     from streams.action_consumer import ActCore
     from streams.command_bus import KafkaCommandBus
 
-    cfg = settings.actions
-    key = cfg.hmac_key.get_secret_value().encode()
+    cfg, sec = settings.actions, settings.security
+    # No default key: act refuses to execute anything it could not sign (one line, exit 2, via the CLI).
+    signer = None if dry_run else sec.signer("act")
+    node_keys = sec.ring("node") if dry_run else sec.required_ring("node")
     checkpoints = CheckpointRegistry(max_jobs=cfg.max_jobs)
     engine = DecisionEngine(checkpoints, dry_run=dry_run, retry_window_s=cfg.retry_window_s,
                             network_confirmations=cfg.network_confirmations, max_jobs=cfg.max_jobs)
@@ -132,30 +140,62 @@ def build_core(settings: Settings, topics: Any, *, executor: str, dry_run: bool,
         rkey = key_for(record) if not isinstance(record, AuditEntry) else str(record.detail.get("job", "")).encode()
         producer.send(topics.for_record(record), key=rkey or None, value=codec.encode(record))
 
-    bus = KafkaCommandBus(broker=settings.broker, topics=topics)
-    local = LocalExecutor(bus=bus, timeout_s=cfg.command_timeout_s, clock=time.time, sign=partial(sign, key=key))
-    rails = Rails(CircuitBreaker(max_fraction=cfg.breaker_max_fraction, window_s=cfg.breaker_window_s,
-                                 fleet_size=cfg.fleet_size, min_job_size=cfg.min_job_size,
-                                 fleet_max_evictions=cfg.fleet_max_evictions),
-                  Cooldown(cooldown_s=cfg.cooldown_s), StandbyPool(spares=list(cfg.standby_nodes)),
-                  approval_kinds=list(cfg.approval_kinds))
     ettr = EttrAccount(max_jobs=cfg.max_jobs)
-    runner = PlanRunner(journal=journal, rails=rails, node_executor=local,
-                        cluster_executor=_cluster_executor(settings, executor, local), key=key,
-                        sink=publish, clock=time.time, topologies=engine.topologies,
-                        reported_attempt=ettr.attempt, max_jobs=cfg.max_jobs)
+    bus: KafkaCommandBus | None = None
+    node_executor: Any = _Refuse()  # dry run: decisions are journaled, nothing is ever sent
+    cluster_executor: Any = node_executor
+    if signer is not None:
+        bus = KafkaCommandBus(broker=settings.broker, topics=topics, signer=signer, node_keys=node_keys,
+                              ttl_s=sec.command_ttl_s, on_reject=partial(_audit_rejected, publish))
+        node_executor = LocalExecutor(bus=bus, timeout_s=cfg.command_timeout_s, clock=time.time)
+        cluster_executor = _cluster_executor(settings, executor, node_executor)
+    runner = PlanRunner(journal=journal, rails=_rails(cfg), node_executor=node_executor,
+                        cluster_executor=cluster_executor, sink=publish, clock=time.time,
+                        topologies=engine.topologies, reported_attempt=ettr.attempt, max_jobs=cfg.max_jobs)
     core = ActCore(engine=engine, runner=runner, knowledge=knowledge, publish=publish, ettr=ettr,
                    on_decision=on_decision, plan_workers=cfg.plan_workers, max_jobs=cfg.max_jobs,
-                   operator_max_age_s=cfg.operator_max_age_s)
+                   operator_max_age_s=cfg.operator_max_age_s, node_keys=node_keys, worker_keys=sec.ring("worker"))
 
     def close() -> None:
         core.close(wait=True)
         producer.flush()
         producer.close()
-        bus.close()
+        if bus is not None:
+            bus.close()
         journal.close()
 
     return core, close
+
+
+def _rails(cfg: Any) -> Any:
+    from actions.runner import Rails
+    from actions.safety import CircuitBreaker, Cooldown
+    from actions.standby import StandbyPool
+
+    return Rails(CircuitBreaker(max_fraction=cfg.breaker_max_fraction, window_s=cfg.breaker_window_s,
+                                fleet_size=cfg.fleet_size, min_job_size=cfg.min_job_size,
+                                fleet_max_evictions=cfg.fleet_max_evictions),
+                 Cooldown(cooldown_s=cfg.cooldown_s), StandbyPool(spares=list(cfg.standby_nodes)),
+                 approval_kinds=list(cfg.approval_kinds))
+
+
+class _Refuse:
+    """The executor of a dry run: a planned decision is never executed (dry-run decisions skip the runner)."""
+
+    name = "dry-run"
+    handles = frozenset[str]()
+
+    def execute(self, command: Any, *, targets: list[str]) -> Any:
+        raise RuntimeError("dry run: nothing may be executed")
+
+
+def _audit_rejected(publish: Callable[[Any], None], result: Any, reason: str) -> None:
+    """A result that did not verify: audited, never counted."""
+    from schemas.records import AuditEntry
+
+    publish(AuditEntry(ts=time.time(), event="result_rejected", subject_id=getattr(result, "command_id", ""),
+                       actor="trainguard-act", detail={"job": getattr(result, "job", ""),
+                                                       "node": getattr(result, "node", ""), "reason": reason}))
 
 
 def _cluster_executor(settings: Settings, name: str, local: Any) -> Any:

@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from trainguard.errors import UsageError
 from trainguard.settings import Settings
 
 
@@ -45,8 +46,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     path = settings.actions.state_dir / "journal.sqlite"
     if not path.exists():
-        print(f"trainguard actions: no journal at {path} (has `trainguard act` run here?)")
-        return 1
+        raise UsageError(f"actions: no journal at {path} (has `trainguard act` run here?)")
     journal = Journal(path)
     try:
         verbs = {"log": _log, "approve": _approve, "reset-breaker": _reset, "pool": _pool, "return-node": _return}
@@ -86,8 +86,7 @@ def _approve(args: argparse.Namespace, journal: object) -> int:
     assert isinstance(journal, Journal)
     decision = journal.get(args.decision_id)
     if decision is None or decision.status != "awaiting_approval":
-        print(f"trainguard actions: no decision {args.decision_id} awaiting approval")
-        return 1
+        raise UsageError(f"actions: no decision {args.decision_id} awaiting approval")
     journal.update_decision(msgspec.structs.replace(decision, status="planned"))
     print(f"approved {decision.id}: {decision.reason}")
     return 0
@@ -121,8 +120,7 @@ def _return(args: argparse.Namespace, journal: object) -> int:
     try:
         report = json.loads(args.report.read_text())
     except (OSError, ValueError) as exc:
-        print(f"trainguard actions: --report {args.report}: {exc}")
-        return 2
+        raise UsageError(f"actions: --report {args.report}: {exc}") from None
     machines = report.get("machines") or [m for s in report.get("stages", []) for m in s.get("detail", {}).get(
         "digests", {})]
     if report.get("passed") is not True or args.node not in machines:

@@ -38,13 +38,15 @@ def build_loop(args: argparse.Namespace, settings: Settings) -> tuple[Any, Any]:
     from collectors.publisher import Publisher
     from collectors.rdma import RdmaCollector
     from collectors.topology import node_name
+    from schemas.kafka_config import client_options
     from schemas.topics import Topics
 
     cs = settings.collectors
     node = args.node or cs.node or node_name()
     publisher = Publisher(servers=settings.broker.servers, topics=Topics(settings.topics.prefix),
                           spool_dir=cs.spool_dir / "collect", spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024),
-                          client_id=f"trainguard-collect-{node}", sync=cs.spool_sync)
+                          client_id=f"trainguard-collect-{node}", sync=cs.spool_sync,
+                          client_options=client_options(settings.broker, "kafka-python"))
     loop = NodeLoop(sink=publisher, metrics=CollectorMetrics())
     if cs.gpu and not args.no_gpu:
         loop.add(GpuCollector(node=node, job=args.job, timeout_s=cs.nvml_timeout_s), interval_s=cs.gpu_interval_s)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from trainguard.errors import UsageError
 from trainguard.settings import Settings
 
 
@@ -41,11 +42,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     console = Console()
     # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so every demo process is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    scenario = short_scenario() if args.short else DemoScenario()
+    if args.faults:  # checked before anything starts
+        try:
+            scenario = scenario.only(args.faults.split(","))
+        except ValueError as exc:
+            raise UsageError(f"demo: --faults: {exc}") from None
     if not settings.broker.bootstrap:
         LocalBroker(settings.broker).start()
-    scenario = short_scenario() if args.short else DemoScenario()
-    if args.faults:
-        scenario = scenario.only(args.faults.split(","))
     run_dir = (args.out / time.strftime("%Y%m%d-%H%M%S")).resolve()
     outcome = DemoRunner(scenario, settings, run_dir, ConsoleReporter(console),
                          console_port=args.console_port if args.console else None, hold_s=args.hold).run()

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from schemas.records import Record
+from trainguard.errors import UsageError
 from trainguard.settings import Settings
 
 
@@ -31,8 +32,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from actions.ettr import EttrAccount
 
     account = EttrAccount()
+    jobs: set[str] = set()
     for record in _records(args, settings):
         account.observe(record)
+        jobs.add(str(getattr(record, "job", "")))
+    if args.job not in jobs:
+        where = ", ".join(str(p) for p in args.recording) if args.recording else "the topics"
+        known = ", ".join(sorted(j for j in jobs if j)[:10]) or "none"
+        raise UsageError(f"ettr: no records of job {args.job!r} in {where} (jobs seen: {known})")
     report = account.report(args.job)
     if args.json:
         print(json.dumps(report.as_dict()))
@@ -55,6 +62,8 @@ def _records(args: argparse.Namespace, settings: Settings) -> Iterator[Record]:
         from streams.recording import read_recording
 
         for path in args.recording:
+            if not Path(path).is_file():
+                raise UsageError(f"ettr: recording {path}: not found")
             for event in read_recording(path):
                 yield event.value
         return
@@ -64,6 +73,10 @@ def _records(args: argparse.Namespace, settings: Settings) -> Iterator[Record]:
 def _from_topics(settings: Settings) -> Iterator[Record]:
     """Every record of the accounted topics, from the beginning to their current end."""
     from kafka import TopicPartition
+
+    from streams.admin import require_broker
+
+    require_broker(settings)
 
     from schemas.codec import Codec, DecodeError
     from schemas.topics import Topics

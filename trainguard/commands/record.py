@@ -27,12 +27,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from schemas.topics import Topics
+    from streams.admin import require_broker
     from streams.recording import record
 
     if args.timeout is None and args.max_events is None:
         print("trainguard record: give --timeout S or --max-events N (or both)", file=sys.stderr)
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    require_broker(settings)
     try:
         stats = record(args.out, broker=settings.broker, topics=Topics(settings.topics.prefix),
                        logical=args.topics, timeout_s=args.timeout, max_events=args.max_events,

@@ -35,13 +35,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from schemas.topics import Topics
-    from streams.admin import ensure_configured_topics
+    from streams.admin import ensure_configured_topics, require_broker
     from streams.recording import RecordingError, replay
 
     if not args.recording.is_file():
         print(f"trainguard replay: recording {args.recording}: not found", file=sys.stderr)
         return 2
     topics = Topics(settings.topics.prefix)
+    require_broker(settings)
     ensure_configured_topics(settings)
 
     def report(err: RecordingError) -> None:

@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="Start CMD, tee and parse its output into log events, publish its exit code, "
                        "and carry out signed process-level commands for this job/node from the actions topic "
                        "(restart_from_checkpoint, hot_update, rollback_code, dump_stacks, stop, self_check, "
-                       "replay_regroup), publishing an action result for each. Executed command ids are kept "
+                       "replay_regroup), publishing an action result for each, signed with this node's key "
+                       "(security.node_private_key); commands must verify with security.act_public_keys. Executed command ids are kept "
                        "in collectors.agent.state_dir, so a replayed command never runs twice.",
                        usage="trainguard run [--job JOB] [--node NODE] -- CMD [ARG ...]")
     p.add_argument("--job", default=os.environ.get("TRAINGUARD_JOB", ""),
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from collectors.command_feed import BackgroundFeed, KafkaCommandFeed
     from collectors.publisher import Publisher
     from collectors.topology import node_name
+    from schemas.kafka_config import broker_environment, client_options
     from schemas.topics import Topics
 
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -46,16 +48,22 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     logging.getLogger("kafka").setLevel(logging.WARNING if args.verbose else logging.CRITICAL)
     cs, agent_cfg = settings.collectors, settings.collectors.agent
     node = args.node or cs.node or node_name()
+    # No default key: without its own key and act's public keys the agent refuses to start (exit 2).
+    signer = settings.security.signer("node", node=node)
+    command_keys = settings.security.required_ring("act")
+    kafka = client_options(settings.broker, "kafka-python")
+    os.environ.update(broker_environment(settings.broker))  # the training hook publishes to the same cluster
     topics = Topics(settings.topics.prefix)
     # In the background: the training must start at once even if Kafka is slow or down.
     threading.Thread(target=_ensure_topics, args=(settings, topics.all()), daemon=True).start()
     publisher = Publisher(servers=settings.broker.servers, topics=topics,
                           spool_dir=cs.spool_dir / f"agent-{args.job}-{node}",
-                          spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024), client_id=f"trainguard-agent-{node}", sync=cs.spool_sync)
+                          spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024), client_id=f"trainguard-agent-{node}",
+                          sync=cs.spool_sync, signer=signer, client_options=kafka)
     feed = BackgroundFeed(KafkaCommandFeed(servers=settings.broker.servers, topic=topics.name("actions"),
-                                           group_id=f"trainguard-agent-{args.job}-{node}"))
+                                           group_id=f"trainguard-agent-{args.job}-{node}", client_options=kafka))
     agent = Agent(job=args.job, node=node, argv=argv, sink=publisher,
-                  hmac_key=settings.actions.hmac_key.get_secret_value().encode(),
+                  command_keys=command_keys, max_clock_skew_s=settings.security.max_clock_skew_s,
                   state_dir=agent_cfg.state_dir, grace_s=agent_cfg.grace_s,
                   selfcheck_command=agent_cfg.selfcheck_command, selfcheck_timeout_s=agent_cfg.selfcheck_timeout_s,
                   stack_timeout_s=agent_cfg.stack_timeout_s, hang_suspect_s=agent_cfg.hang_suspect_s,

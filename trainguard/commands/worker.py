@@ -18,9 +18,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     import faust
 
-    from streams.admin import ensure_configured_topics
+    from streams.admin import ensure_configured_topics, require_broker
     from streams.app import create_app
 
+    require_broker(settings)
     ensure_configured_topics(settings)
     app = create_app(settings)
     worker = faust.Worker(app, loglevel=args.loglevel, quiet=True)

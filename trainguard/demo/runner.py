@@ -17,7 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import yaml
 from kafka import KafkaProducer
@@ -34,7 +34,8 @@ from schemas.records import (
     TrainingStep,
     XidEvent,
 )
-from schemas.signing import sign
+from schemas.kafka_config import client_options
+from schemas.signing import Signer, generate, load_signer, new_command_id
 from schemas.topics import Topics, key_for
 from trainguard.demo.faults import Fault, FaultBoard
 from trainguard.demo.scenario import DemoScenario, FaultStep
@@ -99,7 +100,7 @@ class DemoRunner:
         self.board = FaultBoard(run_dir / "fault.json")
         self.final_file = run_dir / "final_step"
         self.codec = Codec()
-        self.key = settings.actions.hmac_key.get_secret_value().encode()
+        self.signer: Signer | None = None  # act's key, made per run (the operator's hot update uses it)
         self._producer: KafkaProducer | None = None
         self._xid_nodes: set[str] = set()
         self._stop = threading.Event()
@@ -111,9 +112,10 @@ class DemoRunner:
     def run(self) -> DemoOutcome:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         config = self.run_dir / "config.yaml"
-        config.write_text(yaml.safe_dump(self.sc.config(str(self.run_dir))))
+        config.write_text(yaml.safe_dump({**self.sc.config(str(self.run_dir)), "security": self._make_keys()}))
         env = self._env()
-        self._producer = KafkaProducer(bootstrap_servers=self.settings.broker.servers, acks="all", linger_ms=5)
+        self._producer = KafkaProducer(bootstrap_servers=self.settings.broker.servers, acks="all", linger_ms=5,
+                                       **client_options(self.settings.broker, "kafka-python"))
         watcher = TopicWatcher(self.settings.broker.servers, self.topics)
         started = time.time()
         with DemoStack(self.run_dir, env) as stack:
@@ -221,17 +223,29 @@ class DemoRunner:
         """What an operator pushing new code does: a signed hot update to the job's agents."""
         ckpts = [c for c in watcher.records(CheckpointEvent) if c.status == "saved" and c.job == self.sc.job]
         latest = max(ckpts, key=lambda c: c.step, default=None)
-        cmd = sign(ActionCommand(ts=time.time(), id=f"operator-{uuid.uuid4().hex[:8]}", action="hot_update",
-                                 job=self.sc.job, nodes=sorted(self._active(watcher)),
-                                 params={"code_version": version, "step": latest.step if latest else None,
-                                         "path": latest.path if latest else None,
-                                         "attempt": max(self._attempts(watcher).values(), default=0) + 1}),
-                   self.key)
-        assert self._producer is not None
-        self._producer.send(self.topics.name("actions"), key=key_for(cmd), value=self.codec.encode(cmd))
+        now = time.time()
+        cmd = ActionCommand(ts=now, expires=now + 60, id=new_command_id("operator"), action="hot_update",
+                            job=self.sc.job, nodes=sorted(self._active(watcher)),
+                            params={"code_version": version, "step": latest.step if latest else None,
+                                    "path": latest.path if latest else None,
+                                    "attempt": max(self._attempts(watcher).values(), default=0) + 1})
+        assert self._producer is not None and self.signer is not None
+        value = self.codec.encode(cmd)
+        self._producer.send(self.topics.name("actions"), key=key_for(cmd), value=value,
+                            headers=self.signer.headers(value))
         self._producer.flush()
 
     # ------------------------------------------------------------ helpers
+
+    def _make_keys(self) -> dict[str, Any]:
+        """Fresh keys for this run, as `trainguard keys generate` makes them: nothing has a default key."""
+        keys = self.run_dir / "keys"
+        generate(keys, "act")
+        for node in (*self.sc.nodes, *self.sc.standbys):
+            generate(keys / "nodes", node)
+        self.signer = load_signer(keys / "act.key")
+        return {"act_private_key": str(keys / "act.key"), "act_public_keys": [str(keys / "act.pub")],
+                "node_private_key": str(keys / "nodes" / "{node}.key"), "node_public_keys": [str(keys / "nodes")]}
 
     def _wait_healthy(self, watcher: TopicWatcher) -> None:
         """Wait until the job has made steady progress and saved a checkpoint since the last fault."""

@@ -21,7 +21,8 @@ from kafka import KafkaProducer
 
 from actions.journal import Journal
 from schemas.codec import Codec
-from schemas.records import Incident, JobTopology
+from schemas.records import ActionResult, AuditEntry, Incident, JobTopology
+from schemas.signing import load_signer
 from schemas.topics import Topics, key_for
 from streams.admin import ensure_topics
 
@@ -29,7 +30,8 @@ NODES = [f"n{i}" for i in range(8)]
 
 
 def test_burst_across_half_the_nodes_trips_the_breaker(topic_prefix: str, kafka: str, tmp_path: Path,
-                                                        fake_kube: Any, kube_pod: Any) -> None:
+                                                        fake_kube: Any, kube_pod: Any, keys: Any) -> None:
+    keys.node(*NODES)
     pods = [kube_pod(f"trainer-{n}", n) for n in NODES]
     topics = Topics(topic_prefix)
     ensure_topics(kafka, topics.all(), partitions=2, replication=1)
@@ -49,7 +51,7 @@ def test_burst_across_half_the_nodes_trips_the_breaker(topic_prefix: str, kafka:
                "TRAINGUARD_TOPICS__PARTITIONS": "2", "TRAINGUARD_ACTIONS__GROUP_ID": f"a-{topic_prefix}",
                "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp_path / "act"), "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "1",
                "TRAINGUARD_ACTIONS__STANDBY_NODES": '["spare-0"]', "TRAINGUARD_ACTIONS__BREAKER_MAX_FRACTION": "0.25",
-               "TRAINGUARD_ACTIONS__KUBERNETES__HOST": kube.url}
+               "TRAINGUARD_ACTIONS__KUBERNETES__HOST": kube.url, **keys.env()}
         done = subprocess.run([sys.executable, "-m", "trainguard.cli", "act", "--executor", "kubernetes",
                                "--max-incidents", "4", "--timeout", "120", "--log", str(log)],
                               env=env, capture_output=True, text=True, timeout=180)
@@ -64,3 +66,55 @@ def test_burst_across_half_the_nodes_trips_the_breaker(topic_prefix: str, kafka:
     assert rails["breaker"]["tripped"] and rails["pool"]["spares"] == []  # spare-0 went to n0
     swapped = journal.steps(decided[0]["id"])[1]
     assert swapped.action == "swap_standby" and swapped.details["swaps"] == {"n0": "spare-0"}
+
+
+def test_act_trusts_only_signed_incidents_and_results(topic_prefix: str, kafka: str, tmp_path: Path,
+                                                      keys: Any) -> None:
+    """Where ACLs cannot guard the incidents topic, only the worker's signed incidents are acted on;
+    a result counts only when the node it names signed it. Everything else is audited."""
+    keys.node("n1")
+    topics = Topics(topic_prefix)
+    ensure_topics(kafka, topics.all(), partitions=1, replication=1)
+    worker, n1 = load_signer(keys.root / "worker.key"), load_signer(keys.root / "nodes" / "n1.key")
+    codec, now = Codec(), time.time()
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+
+    def send(record: Any, signer: Any = None) -> None:
+        value = codec.encode(record)
+        producer.send(topics.for_record(record), key=key_for(record), value=value,
+                      headers=signer.headers(value) if signer else None)
+
+    forged_result = ActionResult(ts=now, command_id="c-x", action="self_check", status="failed", job="llm", node="n1")
+    send(forged_result)  # unsigned
+    send(ActionResult(ts=now, command_id="c-y", action="stop", status="ok", job="llm", node="n1"), n1)
+    send(Incident(ts=now, id="forged", kind="hang", job="llm", onset=now, detected_at=now, nodes=["n1"]))
+    send(Incident(ts=now, id="forged-2", kind="hang", job="llm", onset=now, detected_at=now, nodes=["n1"]), n1)
+    send(Incident(ts=now, id="real", kind="hw_fault", job="llm", onset=now, detected_at=now, nodes=["n2"]), worker)
+    producer.flush()
+    producer.close()
+
+    log = tmp_path / "decisions.jsonl"
+    env = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": topic_prefix,
+           "TRAINGUARD_TOPICS__PARTITIONS": "1", "TRAINGUARD_ACTIONS__GROUP_ID": f"a-{topic_prefix}",
+           "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp_path / "act"),
+           **keys.env(worker_public_keys=[str(keys.root / "worker.pub")])}
+    done = subprocess.run([sys.executable, "-m", "trainguard.cli", "act", "--dry-run", "--max-incidents", "1",
+                           "--timeout", "60", "--log", str(log)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    decided = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [d["incident_id"] for d in decided] == ["real"]
+    audit = _read_all(kafka, topics.name("audit"), codec)
+    rejected = {(a.event, a.subject_id) for a in audit if isinstance(a, AuditEntry) and a.event.endswith("_rejected")}
+    assert rejected == {("result_rejected", "c-x"), ("incident_rejected", "forged"),
+                        ("incident_rejected", "forged-2")}
+
+
+def _read_all(kafka: str, topic: str, codec: Codec) -> list[Any]:
+    """Every record of `topic` now."""
+    from streams import kafka_io
+
+    consumer = kafka_io.consumer(kafka_io.as_broker(kafka))
+    try:
+        return [codec.decode(m.value) for m in kafka_io.read_to_end(consumer, kafka_io.partitions_for(consumer, topic))]
+    finally:
+        consumer.close()

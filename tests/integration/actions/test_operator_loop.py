@@ -1,4 +1,4 @@
-"""Operator commands from the console, applied by the real action loop over the real broker.
+"""Operator commands from the console, applied by the real `trainguard act` process over the real broker.
 
 A held hw_fault decision is rejected (never executed), a stale breaker reset
 is refused, and a node with a passing self-check returns to the standby pool;
@@ -8,19 +8,21 @@ published as a `rails_state` entry for the console.
 
 from __future__ import annotations
 
-import asyncio
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
 
+from actions.journal import Journal
 from schemas.codec import Codec
 from schemas.records import AuditEntry, Incident, JobTopology, OperatorCommand, Record
 from schemas.topics import Topics, key_for
 from streams.admin import ensure_topics
-from streams.act_app import ActLoop
-from trainguard.commands.act import build_core
 
 
 def send(kafka: str, topics: Topics, *records: Record) -> None:
@@ -39,52 +41,45 @@ def audit_of(kafka: str, topics: Topics) -> list[AuditEntry]:
     return [r for r in out if isinstance(r, AuditEntry)]
 
 
-def run_loop(settings: Any, topics: Topics, core: Any, seconds: float, until: Any = None) -> None:
-    """The real act consume loop (as `trainguard act` runs it) for `seconds`, or until `until()` holds."""
-
-    async def main() -> None:
-        loop = ActLoop(broker=settings.broker, topics=topics, core=core, group_id=settings.actions.group_id)
-        loop.subscribe(topics.name("operator"), core.observe)
-        task = asyncio.create_task(loop.run())
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not (until and until()):
-            await asyncio.sleep(0.1)
-        loop.stop()
-        await task
-
-    asyncio.run(main())
+def act(env: dict[str, str], *args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "trainguard.cli", "act", "--executor", "local", *args],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_reject_stale_reset_and_node_return(settings_factory: Any, topic_prefix: str, kafka: str,
-                                            tmp_path: Path) -> None:
-    settings = settings_factory(actions={"group_id": f"a-{topic_prefix}", "state_dir": str(tmp_path / "act"),
-                                         "approval_kinds": ["hw_fault"], "command_timeout_s": 1.0,
-                                         "standby_nodes": ["spare-0"]})
+def test_reject_stale_reset_and_node_return(topic_prefix: str, kafka: str, tmp_path: Path, keys: Any) -> None:
+    keys.node(*(f"n{i}" for i in range(4)))
+    env = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": topic_prefix,
+           "TRAINGUARD_TOPICS__PARTITIONS": "2", "TRAINGUARD_ACTIONS__GROUP_ID": f"a-{topic_prefix}",
+           "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp_path / "act"), "TRAINGUARD_ACTIONS__APPROVAL_KINDS": '["hw_fault"]',
+           "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "1", "TRAINGUARD_ACTIONS__STANDBY_NODES": '["spare-0"]',
+           **keys.env()}
     topics = Topics(topic_prefix)
     ensure_topics(kafka, topics.all(), partitions=2, replication=1)
     now = time.time()
     send(kafka, topics, JobTopology(ts=now, job="llm", world_size=4, rank_nodes={i: f"n{i}" for i in range(4)}),
          Incident(ts=now, id="hw-1", kind="hw_fault", job="llm", onset=now, detected_at=now, nodes=["n1"]))
-    core, close = build_core(settings, topics, executor="local", dry_run=False)
-    run_loop(settings, topics, core, 60, until=lambda: core.decided >= 1)
-    decision = core.runner.journal.decision_for("hw-1")
-    assert decision is not None and decision.status == "awaiting_approval"
+    log = tmp_path / "decisions.jsonl"
+    act(env, "--max-incidents", "1", "--timeout", "60", "--log", str(log))
+    decided = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [d["status"] for d in decided] == ["awaiting_approval"]
+    decision_id = decided[0]["id"]
 
     now = time.time()
     send(kafka, topics,
-         OperatorCommand(ts=now, id="op-1", verb="reject", operator="alice", subject_id=decision.id,
+         OperatorCommand(ts=now, id="op-1", verb="reject", operator="alice", subject_id=decision_id,
                          reason="known flaky switch"),
          OperatorCommand(ts=now - 3600, id="op-2", verb="reset_breaker", operator="mallory"),
          OperatorCommand(ts=now, id="op-3", verb="return_node", operator="alice", subject_id="n7",
                          report={"passed": True, "machines": ["n7"]}))
-    run_loop(settings, topics, core, 6)
-    core.show_rails()  # what the act app's timer does every second
+    act(env, "--timeout", "10", "--log", str(log))
 
-    final = core.runner.journal.get(decision.id)
+    journal = Journal(tmp_path / "act" / "journal.sqlite")
+    final = journal.get(decision_id)
     assert final is not None and final.status == "blocked"
-    assert not core.runner.journal.steps(decision.id)  # a rejected plan never runs
-    assert core.runner.rails.pool.spares == ["spare-0", "n7"]
-    close()  # flushes what act published
+    assert not journal.steps(decision_id)  # a rejected plan never runs
+    assert journal.get_state("rails")["pool"]["spares"] == ["spare-0", "n7"]
+    journal.close()
     audit = audit_of(kafka, topics)
     by_command = {a.detail.get("command"): a for a in audit if a.event.startswith("operator_")}
     assert by_command["op-1"].actor == "alice" and by_command["op-1"].detail["applied"] is True

@@ -27,7 +27,6 @@ from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
 from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology
 
-KEY = b"k"
 NODES = [f"n{i}" for i in range(8)]
 INCIDENT = Incident(ts=100.0, id="inc-hw", kind="hw_fault", job="j", onset=99.0, detected_at=100.0, nodes=["n3"])
 
@@ -118,7 +117,7 @@ def one_life(path: Path, fleet: Fleet, budget: Budget, *, first: bool) -> PlanRu
         knowledge.observe_checkpoint(CheckpointEvent(ts=50.0, job="j", step=100, path="/ck/100"))
     rails = Rails(CircuitBreaker(max_fraction=0.25, window_s=3600), Cooldown(cooldown_s=600),
                   StandbyPool(spares=["s0"]))
-    runner = PlanRunner(journal=journal, rails=rails, node_executor=fleet, cluster_executor=fleet, key=KEY,
+    runner = PlanRunner(journal=journal, rails=rails, node_executor=fleet, cluster_executor=fleet,
                         sink=lambda r: None, clock=lambda: 5.0, topologies=engine.topologies)
     for pending in journal.unfinished():
         runner.run(pending)

@@ -30,8 +30,9 @@ class Bus:
     def __init__(self) -> None:
         self.sent: list[ActionCommand] = []
 
-    def send(self, command: ActionCommand) -> None:
+    def send(self, command: ActionCommand) -> ActionCommand:
         self.sent.append(command)
+        return command
 
     def collect(self, command_id: str, *, nodes: list[str], timeout_s: float) -> list[ActionResult]:
         return [ActionResult(ts=1.0, command_id=command_id, action="stop", status="ok", node=n) for n in nodes]
@@ -44,7 +45,7 @@ def command(action: str, nodes: list[str]) -> ActionCommand:
 @pytest.mark.parametrize("nodes", BAD_NAMES, ids=[repr(n) for n in BAD_NAMES])
 def test_every_executor_refuses_ranges_globs_lists_and_empty_names(nodes: list[str], tmp_path: Path) -> None:
     bus = Bus()
-    local = LocalExecutor(bus=bus, timeout_s=1.0, clock=lambda: 1.0, sign=lambda c: c)
+    local = LocalExecutor(bus=bus, timeout_s=1.0, clock=lambda: 1.0)
     assert local.execute(command("restart_from_checkpoint", nodes), targets=nodes).status == "rejected"
     assert bus.sent == []  # nothing reached any agent, least of all every agent of the job
     marker = tmp_path / "called"
@@ -74,14 +75,14 @@ def fake_scontrol(tmp_path: Path) -> Path:
 
 def runner(tmp_path: Path, *, fleet_size: int = 0) -> tuple[DecisionEngine, PlanRunner, list[Record], Bus]:
     bus = Bus()
-    local = LocalExecutor(bus=bus, timeout_s=1.0, clock=lambda: 1.0, sign=lambda c: c)
+    local = LocalExecutor(bus=bus, timeout_s=1.0, clock=lambda: 1.0)
     slurm = SlurmExecutor(clock=lambda: 1.0, scontrol=str(fake_scontrol(tmp_path)))
     engine = DecisionEngine(CheckpointRegistry())
     rails = Rails(CircuitBreaker(max_fraction=0.25, window_s=3600, fleet_size=fleet_size), Cooldown(cooldown_s=600),
                   StandbyPool())
     audit: list[Record] = []
     run = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, node_executor=local, cluster_executor=slurm,
-                     key=b"k", sink=audit.append, clock=lambda: 1.0, topologies=engine.topologies)
+                     sink=audit.append, clock=lambda: 1.0, topologies=engine.topologies)
     return engine, run, audit, bus
 
 

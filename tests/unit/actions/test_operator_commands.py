@@ -40,7 +40,7 @@ def runner(state: Path, approval: list[str]) -> tuple[DecisionEngine, PlanRunner
     engine.observe_topology(JobTopology(ts=0.0, job="llm", world_size=4, rank_nodes={r: f"n{r}" for r in range(4)}))
     return engine, PlanRunner(
         journal=Journal(state / "journal.sqlite"), rails=rails, node_executor=Ok(), cluster_executor=Ok(),
-        key=b"k", sink=lambda r: None, clock=lambda: 1.0, topologies=engine.topologies)
+        sink=lambda r: None, clock=lambda: 1.0, topologies=engine.topologies)
 
 
 def test_log_approve_pool_and_breaker_reset(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,7 +55,7 @@ def test_log_approve_pool_and_breaker_reset(state: Path, capsys: pytest.CaptureF
     assert logged["reason"] and logged["alternatives"]
 
     assert main(["actions", "approve", decision.id]) == 0
-    assert main(["actions", "approve", "no-such-id"]) == 1
+    assert main(["actions", "approve", "no-such-id"]) == 2
     (pending,) = run.journal.unfinished()
     assert run.run(pending).status == "executed"
     capsys.readouterr()
@@ -70,8 +70,8 @@ def test_log_approve_pool_and_breaker_reset(state: Path, capsys: pytest.CaptureF
 
 
 def test_actions_without_journal_says_so(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["actions", "log"]) == 1
-    assert "no journal" in capsys.readouterr().out
+    assert main(["actions", "log"]) == 2
+    assert "no journal" in capsys.readouterr().err
 
 
 def test_ettr_from_a_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,9 +16,6 @@ from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
 from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology, Record
-from schemas.signing import verify
-
-KEY = b"test-key"
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
 
 
@@ -28,11 +25,13 @@ class Recorder:
 
     def __init__(self, replies: dict[str, dict[str, Any]] | None = None, fail_on: str = "") -> None:
         self.calls: list[tuple[ActionCommand, list[str]]] = []
+        self.ids: list[str] = []
         self.replies = replies or {}
         self.fail_on = fail_on
 
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
-        assert verify(command, KEY), "runner must sign every command"
+        assert len(command.id.rsplit("-", 1)[-1]) == 32, "command ids carry 128 unpredictable bits"
+        self.ids.append(command.id)
         if command.action == self.fail_on:
             raise RuntimeError("killed mid-plan")
         self.calls.append((command, targets))
@@ -51,7 +50,7 @@ def setup(tmp_path: Path, *, spares: list[str] | None = None, approval: list[str
     rails = Rails(CircuitBreaker(max_fraction=0.25, window_s=3600), Cooldown(cooldown_s=600),
                   StandbyPool(spares=list(spares or [])), approval_kinds=approval or [])
     runner = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, node_executor=node or Recorder(),
-                        cluster_executor=cluster or Recorder(), key=KEY, sink=audit.append, clock=lambda: 5.0,
+                        cluster_executor=cluster or Recorder(), sink=audit.append, clock=lambda: 5.0,
                         topologies=eng.topologies)
     return eng, runner, audit
 

@@ -1,12 +1,14 @@
 """The agent's command handling without a broker: real child processes, records into a list.
 
 The Kafka side is covered by tests/e2e/test_agent_commands.py; here the
-decisions are checked one by one: addressing, signatures, staleness,
-idempotency across an agent restart, parameter validation.
+decisions are checked one by one: addressing, signatures, expiry, replays,
+idempotency across an agent restart, parameter validation, and that no key
+reaches the training process's environment.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -15,9 +17,14 @@ import pytest
 
 from collectors.agent import Agent
 from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, Record
-from schemas.signing import sign
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-KEY = b"k"
+from schemas.codec import Codec
+from schemas.signing import KeyRing, Received, Signer
+
+ACT = Signer("act", Ed25519PrivateKey.generate())
+EVIL = Signer("act", Ed25519PrivateKey.generate())  # claims act's key id, holds another key
+RING = KeyRing({"act": ACT.private_key.public_key()})
 SLEEPER = [sys.executable, "-c", "import time, os; print('pid', os.getpid(), flush=True); time.sleep(60)"]
 
 
@@ -35,7 +42,7 @@ def make_agent(tmp_path: Path):  # type: ignore[no-untyped-def]
 
     def make(argv: list[str] = SLEEPER, **kw: object) -> tuple[Agent, ListSink]:
         sink = ListSink()
-        agent = Agent(job="j", node="n1", argv=argv, sink=sink, hmac_key=KEY, state_dir=tmp_path / "state",
+        agent = Agent(job="j", node="n1", argv=argv, sink=sink, command_keys=RING, state_dir=tmp_path / "state",
                       grace_s=2.0, tee=lambda line, stream: None, **kw)  # type: ignore[arg-type]
         agents.append(agent)
         return agent, sink
@@ -45,8 +52,16 @@ def make_agent(tmp_path: Path):  # type: ignore[no-untyped-def]
         agent.proc.stop(grace_s=1.0)
 
 
-def cmd(i: str, action: str, key: bytes = KEY, **kw: object) -> ActionCommand:
-    return sign(ActionCommand(ts=time.time(), id=i, action=action, job=kw.pop("job", "j"), **kw), key)  # type: ignore[arg-type]
+def signed(command: ActionCommand, signer: Signer | None = ACT) -> Received:
+    payload = Codec().encode(command)
+    return Received(command, payload, signer.headers(payload) if signer else [])
+
+
+def cmd(i: str, action: str, signer: Signer | None = ACT, **kw: object) -> Received:
+    now = time.time()
+    command = ActionCommand(ts=now, expires=now + 60, id=i, action=action, job=kw.pop("job", "j"),  # type: ignore[arg-type]
+                            **kw)  # type: ignore[arg-type]
+    return signed(command, signer)
 
 
 def test_addressing(make_agent) -> None:  # type: ignore[no-untyped-def]
@@ -60,15 +75,40 @@ def test_addressing(make_agent) -> None:  # type: ignore[no-untyped-def]
 def test_bad_signature_is_rejected_audited_and_not_remembered(make_agent) -> None:  # type: ignore[no-untyped-def]
     agent, sink = make_agent()
     agent.start()
-    forged = cmd("x", "stop", key=b"evil")
-    result = agent.handle(forged)
+    result = agent.handle(cmd("x", "stop", signer=EVIL))
     assert result is not None and result.status == "rejected"
     audit = [r for r in sink.records if isinstance(r, AuditEntry)]
     assert audit[0].event == "command_rejected" and audit[0].subject_id == "x"
+    assert "does not verify" in audit[0].detail["reason"]
     assert agent.proc.pid is not None  # still running
-    unsigned = ActionCommand(ts=time.time(), id="x", action="stop", job="j")
-    assert agent.handle(unsigned).status == "rejected"  # type: ignore[union-attr]
+    assert agent.handle(cmd("x", "stop", signer=None)).status == "rejected"  # type: ignore[union-attr]
+    other_kid = Signer("act-2", ACT.private_key)  # right key, id this agent was not given
+    assert agent.handle(cmd("x", "stop", signer=other_kid)).status == "rejected"  # type: ignore[union-attr]
     assert agent.handle(cmd("x", "stop")).status == "ok"  # type: ignore[union-attr]  # the real one still runs
+
+
+def test_signature_covers_the_bytes_sent_not_a_re_encoding(make_agent) -> None:  # type: ignore[no-untyped-def]
+    """A producer in another language writes `ts` as an integer: the bytes it signed still verify."""
+    agent, _ = make_agent()
+    now = int(time.time())
+    payload = json.dumps({"type": "action_command", "ts": now, "expires": now + 60, "id": "int-ts",
+                          "action": "dump_stacks", "job": "j", "params": {"repeat": 1}}).encode()
+    command = Codec().decode(payload, ActionCommand)
+    result = agent.handle(Received(command, payload, ACT.headers(payload)))
+    assert result is not None and result.status != "rejected"
+    tampered = payload.replace(b'"repeat": 1', b'"repeat": 2')
+    result = agent.handle(Received(Codec().decode(tampered, ActionCommand), tampered, ACT.headers(payload)))
+    assert result is not None and result.status == "rejected"
+
+
+def test_rotation_accepts_every_configured_key(make_agent, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    new = Signer("act-2027", Ed25519PrivateKey.generate())
+    sink = ListSink()
+    agent = Agent(job="j", node="n1", argv=SLEEPER, sink=sink, state_dir=tmp_path / "rot", tee=lambda *a: None,
+                  command_keys=KeyRing({"act": ACT.private_key.public_key(), "act-2027": new.private_key.public_key()}))
+    for i, signer in enumerate((ACT, new)):
+        result = agent.handle(cmd(f"d{i}", "dump_stacks", signer=signer))
+        assert result is not None and result.status != "rejected"
 
 
 def test_idempotent_across_agent_restart_and_attempt_persists(make_agent) -> None:  # type: ignore[no-untyped-def]
@@ -85,10 +125,44 @@ def test_idempotent_across_agent_restart_and_attempt_persists(make_agent) -> Non
     assert again.handle(restart).status == "skipped"  # type: ignore[union-attr]
 
 
-def test_stale_command_from_before_the_agent_existed_is_ignored(make_agent) -> None:  # type: ignore[no-untyped-def]
+def test_expired_and_future_commands_are_refused_and_audited(make_agent) -> None:  # type: ignore[no-untyped-def]
     agent, sink = make_agent()
-    old = sign(ActionCommand(ts=time.time() - 3600, id="old", action="stop", job="j"), KEY)
-    assert agent.handle(old) is None and sink.records == []
+    now = time.time()
+    old = signed(ActionCommand(ts=now - 180, expires=now - 60, id="old", action="stop", job="j"))
+    assert agent.handle(old) is None
+    future = signed(ActionCommand(ts=now + 600, expires=now + 660, id="fut", action="stop", job="j"))
+    assert agent.handle(future) is None
+    no_expiry = signed(ActionCommand(ts=now, id="noexp", action="stop", job="j"))
+    assert agent.handle(no_expiry) is None
+    audits = [r for r in sink.records if isinstance(r, AuditEntry)]
+    assert [(a.subject_id, a.event) for a in audits] == [("old", "command_rejected"), ("fut", "command_rejected"),
+                                                         ("noexp", "command_rejected")]
+    assert "expired" in audits[0].detail["reason"] and "future" in audits[1].detail["reason"]
+    assert agent.proc.pid is None  # nothing was started, nothing stopped
+
+
+def test_replayed_command_id_is_audited(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent, sink = make_agent()
+    agent.start()
+    first = cmd("rp", "dump_stacks")
+    agent.handle(first)
+    assert agent.handle(first).status == "skipped"  # type: ignore[union-attr]
+    replays = [r for r in sink.records if isinstance(r, AuditEntry) and r.event == "command_rejected"]
+    assert [r.detail["reason"] for r in replays] == ["replayed command id"]
+
+
+def test_training_process_never_sees_key_settings(make_agent, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                                  tmp_path: Path) -> None:
+    monkeypatch.setenv("TRAINGUARD_SECURITY__NODE_PRIVATE_KEY", "/keys/n1.key")
+    monkeypatch.setenv("TRAINGUARD_SECURITY__ACT_PUBLIC_KEYS", '["/keys/act.pub"]')
+    out = tmp_path / "env.json"
+    agent, _ = make_agent([sys.executable, "-c", f"import json, os; json.dump(dict(os.environ), open({str(out)!r}, 'w'))"])
+    agent.start()
+    while agent.check_exit() is None:
+        time.sleep(0.05)
+    env = json.loads(out.read_text())
+    assert "TRAINGUARD_ATTEMPT" in env  # the agent's own variables do arrive
+    assert not [k for k in env if k.startswith("TRAINGUARD_SECURITY")]
 
 
 def test_bad_params_fail_clearly(make_agent) -> None:  # type: ignore[no-untyped-def]

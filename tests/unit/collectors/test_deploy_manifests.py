@@ -27,7 +27,9 @@ def test_training_pod_runs_the_agent_and_its_rendezvous_name_resolves() -> None:
     container = pod.spec.containers[0]
     assert container.command[:2] == ["trainguard", "run"] and container.command[-1] == "--"
     names = {e.name for e in container.env}
-    assert {"NODE_NAME", "POD_NAME", "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR"} <= names
+    assert {"NODE_NAME", "POD_NAME", "TRAINGUARD_SECURITY__ACT_PUBLIC_KEYS", "TRAINGUARD_SECURITY__NODE_PRIVATE_KEY",
+            "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR"} <= names
+    assert not [e for e in container.env if e.value_from and e.value_from.secret_key_ref]  # no secret in the env
     # --rdzv-endpoint=<hostname>.<subdomain>:port needs a headless Service named <subdomain> selecting the pod
     endpoint = next(a for a in container.args if a.startswith("--rdzv-endpoint=")).split("=", 1)[1]
     host, port = endpoint.rsplit(":", 1)

@@ -69,3 +69,22 @@ def test_dead_letters_of_any_size_fit_a_kafka_message() -> None:
         assert (letter.original_size, letter.partition, letter.offset) == (size, 3, 77)
         assert letter.sha256 == hashlib.sha256(value).hexdigest()
         assert letter.truncated and value.startswith(base64.b64decode(letter.original_b64))
+
+
+def test_incidents_are_signed_when_the_worker_holds_a_key() -> None:
+    """Where ACLs cannot keep others off the incidents topic, act accepts only what the worker signed."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from schemas.signing import KeyRing, Signer
+
+    worker = Signer("worker", Ed25519PrivateKey.generate())
+    proc = MessageProcessor(DetectionPipeline([NanDetector()]), Topics("t."), signer=worker)
+    codec = Codec()
+    bad = codec.encode(TrainingStep(ts=2.0, job="j", rank=2, node="n1", step=2, loss="nan"))
+    later = codec.encode(TrainingStep(ts=8.0, job="j", rank=0, node="n0", step=3, loss=3.0))  # past settle + skew
+    out = proc.process_batch([RawMessage(topic="t.training", value=bad), RawMessage(topic="t.training", value=later)])
+    incidents = [m for m in out if m.topic == "t.incidents"]
+    assert incidents and all(m.headers for m in incidents)
+    ring = KeyRing({"worker": worker.private_key.public_key()})
+    assert all(ring.check(m.value, m.headers) == ("worker", "") for m in incidents)
+    assert all(m.headers is None for m in out if m.topic != "t.incidents")  # only incidents carry one

@@ -1,0 +1,111 @@
+"""The recommended ACLs (`trainguard.kafka_acls`) on a real broker with KRaft's StandardAuthorizer.
+
+The ACLs are created exactly as recommended, through the admin client over
+SASL_SSL; then each role's SCRAM principal tries what it should and should
+not be able to do, with trainguard's own clients where one exists:
+a collector writes telemetry but not commands; an agent reads only the
+actions topic and writes results; the worker writes incidents but not
+commands; act (the positive control) writes commands.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePattern, ResourceType
+from kafka.errors import KafkaError, TopicAuthorizationFailedError
+from secure_broker import SecureBroker
+
+from collectors.command_feed import KafkaCommandFeed
+from schemas.codec import Codec
+from schemas.kafka_config import BrokerSettings, client_options
+from schemas.records import ActionCommand, ActionResult, Heartbeat, Incident
+from schemas.topics import Topics
+from streams.admin import ensure_topics
+from trainguard.kafka_acls import recommended
+
+pytestmark = pytest.mark.broker
+PRINCIPALS = {"collector": "collector", "agent": "agent-n1", "worker": "worker", "act": "act"}
+
+
+def _options(b: SecureBroker, user: str) -> dict[str, Any]:
+    return client_options(BrokerSettings.model_validate({
+        "bootstrap": b.sasl_ssl, "security_protocol": "SASL_SSL", "tls": {"ca_file": b.ca_file},
+        "sasl": {"mechanism": "SCRAM-SHA-512", "username": user, "password": {"file": b.password_file(user)}}}),
+        "kafka-python")
+
+
+def _grant(b: SecureBroker, prefix: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=b.sasl_ssl, **_options(b, "admin"))
+    acls = [ACL(principal=f"User:{PRINCIPALS[g.role]}", host="*", operation=ACLOperation[g.operation],
+                permission_type=ACLPermissionType.ALLOW,
+                resource_pattern=ResourcePattern(ResourceType[g.resource], g.name,
+                                                 ACLResourcePatternType.PREFIXED if g.prefixed
+                                                 else ACLResourcePatternType.LITERAL))
+            for g in recommended(prefix)]
+    try:
+        result = admin.create_acls(acls)
+        assert not result["failed"], result["failed"]
+    finally:
+        admin.close()
+
+
+def _write(b: SecureBroker, user: str, topic: str, value: bytes) -> str:
+    """'ok', or the name of the error a write by `user` to `topic` ends in."""
+    producer = KafkaProducer(bootstrap_servers=b.sasl_ssl, max_block_ms=10000, request_timeout_ms=10000,
+                             retries=0, **_options(b, user))
+    try:
+        producer.send(topic, value).get(timeout=15)
+        return "ok"
+    except KafkaError as exc:
+        return type(exc).__name__
+    finally:
+        producer.close(timeout=5)
+
+
+def test_each_principal_may_do_only_its_job(secure_broker: SecureBroker) -> None:
+    topics = Topics(f"a{uuid.uuid4().hex[:8]}.")
+    ensure_topics(secure_broker.internal, topics.all(), partitions=1, replication=1)
+    _grant(secure_broker, topics.prefix)
+    codec, now = Codec(), time.time()
+    command = codec.encode(ActionCommand(ts=now, expires=now + 60, id="c-1", action="stop", job="j"))
+    denied = TopicAuthorizationFailedError.__name__
+
+    beat = codec.encode(Heartbeat(ts=now, job="j", rank=0, node="n1"))
+    assert _write(secure_broker, "collector", topics.name("training"), beat) == "ok"
+    assert _write(secure_broker, "collector", topics.name("actions"), command) == denied
+    assert _write(secure_broker, "collector", topics.name("incidents"), beat) == denied
+
+    incident = codec.encode(Incident(ts=now, id="i", kind="hang", job="j", onset=now, detected_at=now))
+    assert _write(secure_broker, "worker", topics.name("incidents"), incident) == "ok"
+    assert _write(secure_broker, "worker", topics.name("actions"), command) == denied
+
+    assert _write(secure_broker, "act", topics.name("actions"), command) == "ok"  # the one who may
+
+    result = codec.encode(ActionResult(ts=now, command_id="c-1", action="stop", status="ok", node="n1"))
+    assert _write(secure_broker, "agent-n1", topics.name("action-results"), result) == "ok"
+    assert _write(secure_broker, "agent-n1", topics.name("actions"), command) == denied
+    feed = KafkaCommandFeed(servers=secure_broker.sasl_ssl, topic=topics.name("actions"),
+                            group_id="trainguard-agent-j-n1", client_options=_options(secure_broker, "agent-n1"))
+    try:
+        got: list[Any] = []
+        deadline = time.monotonic() + 60
+        while not got and time.monotonic() < deadline:
+            got = feed.poll(1.0)
+        assert [r.command.id for r in got] == ["c-1"]  # the agent reads the actions topic with its own group
+    finally:
+        feed.close()
+    # Telemetry is there (the collector wrote a heartbeat to training), yet the agent may not read it.
+    spy = KafkaConsumer(bootstrap_servers=secure_broker.sasl_ssl, group_id=None, **_options(secure_broker, "agent-n1"))
+    try:
+        spy.assign([TopicPartition(topics.name("training"), 0)])
+        spy.seek_to_beginning()
+        with pytest.raises(TopicAuthorizationFailedError):
+            for _ in range(20):
+                assert not spy.poll(timeout_ms=500)
+    finally:
+        spy.close()
