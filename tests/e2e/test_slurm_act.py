@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Any
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,7 +132,7 @@ def test_as_prolog_a_failing_check_keeps_the_job_off_the_node(slurm: Slurm) -> N
 
 
 def test_act_drains_and_requeues_then_a_passing_check_resumes(slurm: Slurm, kafka: str, topic_prefix: str,
-                                                              tmp_path: Path) -> None:
+                                                              tmp_path: Path, keys: Any) -> None:
     job = slurm.run("sbatch", "--parsable", "-N2", "-w", "gn1,gn2", "--requeue", "-o", "/dev/null",
                     "--wrap", "sleep 600").strip()
     slurm.wait(f"job {job} running", lambda: "JobState=RUNNING" in slurm.job(job), timeout_s=300)
@@ -140,7 +141,8 @@ def test_act_drains_and_requeues_then_a_passing_check_resumes(slurm: Slurm, kafk
     config.write_text(yaml.safe_dump({
         "broker": {"bootstrap": kafka}, "topics": {"prefix": topic_prefix, "partitions": 2},
         "actions": {"executor": "slurm", "state_dir": str(tmp_path / "act"), "group_id": f"a-{topic_prefix}",
-                    "command_timeout_s": 1.0, "breaker_max_fraction": 1.0, "cooldown_s": 0}}))
+                    "command_timeout_s": 1.0, "breaker_max_fraction": 1.0, "cooldown_s": 0},
+        "security": keys.security()}))
     topics = Topics(topic_prefix)
     ensure_topics(kafka, topics.all(), partitions=2, replication=1)
     act = subprocess.Popen([str(BIN / "trainguard"), "--config", str(config), "act", "--executor", "slurm",
@@ -176,7 +178,8 @@ def test_act_drains_and_requeues_then_a_passing_check_resumes(slurm: Slurm, kafk
     slurm.run("scancel", job)
 
 
-def test_sbatch_example_runs_one_agent_per_node(slurm: Slurm, kafka: str, topic_prefix: str, tmp_path: Path) -> None:
+def test_sbatch_example_runs_one_agent_per_node(slurm: Slurm, kafka: str, topic_prefix: str, tmp_path: Path,
+                                                keys: Any) -> None:
     """deploy/slurm/train.sbatch as shipped, with a one-line trainer instead of torchrun."""
     from kafka import KafkaConsumer
 
@@ -184,8 +187,9 @@ def test_sbatch_example_runs_one_agent_per_node(slurm: Slurm, kafka: str, topic_
     from schemas.topics import TOPIC_OF_TAG
 
     config = tmp_path / "trainguard.yaml"
-    config.write_text(yaml.safe_dump({"broker": {"bootstrap": kafka}, "topics": {"prefix": topic_prefix,
-                                                                                 "partitions": 2}}))
+    keys.node("gn1", "gn2")  # each agent signs its results with its own node key
+    config.write_text(yaml.safe_dump({"broker": {"bootstrap": kafka}, "topics": {"prefix": topic_prefix, "partitions": 2},
+                                      "security": keys.security()}))
     trainer = tmp_path / "train.py"
     trainer.write_text("import os\nprint('step 1 loss 2.5 on', os.environ.get('SLURMD_NODENAME'))\n")
     topics = Topics(topic_prefix)
