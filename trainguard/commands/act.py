@@ -74,7 +74,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     console.print(f"act: {mode}, consuming {topics.name('incidents')} on {settings.broker.servers}")
     app = create_act_app(settings, core, max_incidents=args.max_incidents, timeout_s=args.timeout)
     try:
-        faust.Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
+        faust.Worker(app, loglevel=args.loglevel, quiet=True, redirect_stdouts=False).execute_from_commandline()
     except SystemExit as exc:  # the worker exits the process when it stops; finish our part first
         close()
         return int(exc.code or 0)
