@@ -32,7 +32,7 @@ web-assets:
 browser:
 	tools/install_chromium.sh
 
-# Real parts the deploy tests use: helm built from its Go module into .tools/ (once,
+# Real parts the deploy tests use: helm built from its Go module into the user cache, linked as .tools/bin/helm (once,
 # a few minutes), Slurm and munge from Debian (once). Both scripts are idempotent.
 tools:
 	tools/helm.sh
