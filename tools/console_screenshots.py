@@ -38,7 +38,7 @@ def main(url: str, token: str, out: Path, job: str = "") -> None:
                             ("incident", f"#incidents/{newest}"), ("controls", "#controls")):
             browser.execute_script("location.hash = arguments[0]", hash_)
             view = hash_[1:].split("/")[0]
-            wait.until(lambda b: b.find_element(By.ID, "view").get_attribute("data-view") == view)
+            wait.until(lambda b: b.find_element(By.ID, "view").get_attribute("data-view") == view)  # noqa: B023 (called now)
             time.sleep(1.0)
             browser.save_screenshot(str(out / f"console-{name}.png"))
     finally:

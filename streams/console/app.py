@@ -24,7 +24,7 @@ from aiohttp import web
 
 from schemas.records import AuditEntry, OperatorCommand
 from streams.console import views
-from streams.console.auth import (CSRF_COOKIE, SESSION_COOKIE, Authenticator, Identity, csrf_ok, same_origin)
+from streams.console.auth import CSRF_COOKIE, SESSION_COOKIE, Authenticator, Identity, csrf_ok, same_origin
 from streams.console.feed import ConsoleFeed
 from streams.console.settings import ConsoleSettings
 
@@ -208,7 +208,7 @@ async def events(request: web.Request) -> web.StreamResponse:
         while True:
             try:
                 event = await asyncio.wait_for(queue.get(), timeout=15.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await resp.write(b": keep-alive\n\n")
                 continue
             await resp.write(b"event: %s\ndata: %s\n\n" % (event["type"].encode(), msgspec.json.encode(event["data"])))

@@ -32,7 +32,14 @@ from trainguard.checkpoint.layout import Layout, checksum, copy_in, flatten, pla
 from trainguard.checkpoint.peer import BackupServer, PeerChoice, choose_peer, send_backup
 from trainguard.checkpoint.restore import TIERS, Restored, RestoreSources, agree_step, load_state, restore_from
 from trainguard.checkpoint.state import get_state, set_state
-from trainguard.checkpoint.store import Manifest, SlotRing, drop_rank_after, memory_root, read_slot_manifests, write_files
+from trainguard.checkpoint.store import (
+    Manifest,
+    SlotRing,
+    drop_rank_after,
+    memory_root,
+    read_slot_manifests,
+    write_files,
+)
 
 log = logging.getLogger(__name__)
 

@@ -62,7 +62,7 @@ def batch(step: int, rank: int, code_version: str, size: int = 64) -> tuple[torc
 def main() -> None:
     args = _args()
     _init_distributed(args)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     node = os.environ.get("NODE_NAME", "node")
     code_version = os.environ.get("TRAINGUARD_CODE_VERSION", "v1")
     torch.manual_seed(0)

@@ -16,6 +16,7 @@ from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
 from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology, Record
+
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
 
 

@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from collectors.agent import Agent
-from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, Record
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from collectors.agent import Agent
 from schemas.codec import Codec
+from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, Record
 from schemas.signing import KeyRing, Received, Signer
 
 ACT = Signer("act", Ed25519PrivateKey.generate())

@@ -11,8 +11,19 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from schemas.records import (GpuStats, Heartbeat, LogEvent, NodeGpuSample, PhaseChange, RdmaPort, RdmaSample,
-                             Record, StackSample, TrainingStep, XidEvent)
+from schemas.records import (
+    GpuStats,
+    Heartbeat,
+    LogEvent,
+    NodeGpuSample,
+    PhaseChange,
+    RdmaPort,
+    RdmaSample,
+    Record,
+    StackSample,
+    TrainingStep,
+    XidEvent,
+)
 
 
 @dataclass

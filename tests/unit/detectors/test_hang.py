@@ -5,8 +5,17 @@ from __future__ import annotations
 from detector_fleet import Fleet
 
 from detectors.hang import HangDetector
-from schemas.records import (Anomaly, CheckpointEvent, GpuStats, Heartbeat, NodeGpuSample, PhaseChange, RdmaPort,
-                             RdmaSample, Record)
+from schemas.records import (
+    Anomaly,
+    CheckpointEvent,
+    GpuStats,
+    Heartbeat,
+    NodeGpuSample,
+    PhaseChange,
+    RdmaPort,
+    RdmaSample,
+    Record,
+)
 
 
 def feed(d: HangDetector, records: list[Record]) -> list[Anomaly]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
-import pickle
 import pytest
 from detector_fleet import Fleet
 

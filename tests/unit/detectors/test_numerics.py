@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import msgspec
-
 import pytest
 from detector_fleet import Fleet
 
