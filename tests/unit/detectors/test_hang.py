@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from detector_fleet import Fleet
-
 from detectors.hang import HangDetector
+from detectors.synthetic import Fleet
 from schemas.records import (
     Anomaly,
     CheckpointEvent,

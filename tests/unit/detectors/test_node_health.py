@@ -6,10 +6,10 @@ import pickle
 from pathlib import Path
 
 import pytest
-from detector_fleet import Fleet
 
 from detectors.health_model import FEATURES, HealthModel, NodeFeatures, train
 from detectors.node_health import NodeHealthDetector
+from detectors.synthetic import Fleet
 from schemas.records import GpuStats, NodeGpuSample
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from detector_fleet import Fleet
 
 from detectors.loss_spike import LossSpikeDetector
 from detectors.nan import NanDetector
 from detectors.sdc import SdcDetector
+from detectors.synthetic import Fleet
 from schemas.records import Anomaly, JobTopology, Record, TrainingStep
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from detector_fleet import Fleet
 
 from detectors.peers import GpuSlowSignals, StragglerTracker
 from detectors.slowdown import SlowdownDetector
+from detectors.synthetic import Fleet
 from schemas.records import Anomaly, GpuStats, NodeGpuSample, Record, TrainingStep
 
 
