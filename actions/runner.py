@@ -30,7 +30,7 @@ from detectors.common import Bounded
 from schemas.records import ActionCommand, ActionResult, AuditEntry, Decision, PlannedAction, Record
 from schemas.signing import new_command_id
 
-Sink = Callable[[Record], None]
+Emit = Callable[[Record], None]  # where the runner writes commands, results and audit entries
 T = TypeVar("T")
 
 
@@ -58,7 +58,7 @@ class PlanRunner:
     """Executes decisions through executors, journaled and audited."""
 
     def __init__(self, *, journal: Journal, rails: Rails, node_executor: Executor, cluster_executor: Executor,
-                 sink: Sink, clock: Clock, topologies: dict[str, Topology] | None = None,
+                 sink: Emit, clock: Clock, topologies: dict[str, Topology] | None = None,
                  reported_attempt: Callable[[str], int] | None = None, max_jobs: int = 4096) -> None:
         self.journal = journal
         self.rails = rails

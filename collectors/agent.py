@@ -45,21 +45,16 @@ import msgspec
 from collectors.agent_state import AgentState, StateFile
 from collectors.hang_watch import HangWatch, progress_rank, read_progress
 from collectors.logs import LogParser
+from collectors.sink import RecordSink
 from collectors.stacks import StackSampler
 from collectors.supervisor import ProcessSupervisor, env_of
-from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, Record, StackSample
+from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, StackSample
 from schemas.signing import KeyRing, Received, command_problem
 
 log = logging.getLogger(__name__)
 
 AGENT_ACTIONS = frozenset({"restart_from_checkpoint", "hot_update", "rollback_code", "dump_stacks", "stop",
                            "self_check", "replay_regroup"})
-
-
-class Sink(Protocol):
-    """Where records go (the `Publisher`)."""
-
-    def publish(self, record: Record) -> None: ...
 
 
 class CommandFeed(Protocol):
@@ -73,7 +68,7 @@ class CommandFeed(Protocol):
 class Agent:
     """Supervises one training command and executes the commands addressed to it."""
 
-    def __init__(self, *, job: str, node: str, argv: Sequence[str], sink: Sink, command_keys: KeyRing, state_dir: Path,
+    def __init__(self, *, job: str, node: str, argv: Sequence[str], sink: RecordSink, command_keys: KeyRing, state_dir: Path,
                  max_clock_skew_s: float = 30.0,
                  grace_s: float = 30.0, selfcheck_command: Sequence[str] = ("trainguard", "selfcheck"),
                  selfcheck_timeout_s: float = 600.0, stack_timeout_s: float = 5.0,
