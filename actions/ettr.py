@@ -100,10 +100,6 @@ class EttrAccount:
             if episode is not None:
                 episode.localised = max(episode.localised or record.ts, record.ts)
 
-    def jobs(self) -> list[str]:
-        """Every job seen."""
-        return sorted(self._jobs)
-
     def report(self, job: str) -> EttrReport:
         """The account of one job so far."""
         entry = self._jobs.get(job) or _Job()

@@ -164,10 +164,6 @@ class CheckpointManager:
                     return
             time.sleep(0.005)
 
-    def mark_healthy(self) -> None:
-        """Resume snapshotting after a restore put the state back before the bad step."""
-        self.first_bad_step = None
-
     # ------------------------------------------------------------ restore
 
     def sources(self) -> RestoreSources:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from detectors.checks import feed
 from detectors.hang import HangDetector
 from detectors.synthetic import Fleet
 from schemas.records import (
@@ -15,14 +16,6 @@ from schemas.records import (
     RdmaSample,
     Record,
 )
-
-
-def feed(d: HangDetector, records: list[Record]) -> list[Anomaly]:
-    out: list[Anomaly] = []
-    for r in records:
-        out += d.observe(r)
-        out += d.tick(r.ts)
-    return out
 
 
 def test_fires_within_budget_and_localises_with_stacks() -> None:
