@@ -48,13 +48,12 @@ from collectors.logs import LogParser
 from collectors.sink import RecordSink
 from collectors.stacks import StackSampler
 from collectors.supervisor import ProcessSupervisor, env_of
+from schemas.actions import AGENT_VERBS
 from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, StackSample
 from schemas.signing import KeyRing, Received, command_problem
 
 log = logging.getLogger(__name__)
 
-AGENT_ACTIONS = frozenset({"restart_from_checkpoint", "hot_update", "rollback_code", "dump_stacks", "stop",
-                           "self_check", "replay_regroup"})
 
 
 class CommandFeed(Protocol):
@@ -183,7 +182,7 @@ class Agent:
 
     def addressed(self, cmd: ActionCommand) -> bool:
         """Is this a process-level command for this job (and node, if it names nodes)?"""
-        return (cmd.action in AGENT_ACTIONS and cmd.job == self.job
+        return (cmd.action in AGENT_VERBS and cmd.job == self.job
                 and (not cmd.nodes or self.node in cmd.nodes))
 
     def handle(self, received: Received) -> ActionResult | None:

@@ -16,10 +16,6 @@ from typing import Protocol
 
 from schemas.records import ActionCommand, ActionResult
 
-CLUSTER_ACTIONS = frozenset({"evict_node", "cordon_node", "uncordon_node"})
-AGENT_ACTIONS = frozenset({"restart_from_checkpoint", "hot_update", "rollback_code", "dump_stacks", "stop",
-                           "self_check", "replay_regroup", "retry"})
-
 Clock = Callable[[], float]
 
 

@@ -13,6 +13,7 @@ import subprocess
 from typing import Any
 
 from actions.executors.base import Clock, invalid_nodes, refused
+from schemas.actions import CLUSTER_ACTIONS
 from schemas.records import ActionCommand, ActionResult
 
 _ERROR = re.compile(r"(slurm_\w+ error|error|Invalid)[^\n]*", re.IGNORECASE)
@@ -34,7 +35,7 @@ class SlurmExecutor:
     """Cluster verbs through the `scontrol` command line."""
 
     name = "slurm"
-    handles = frozenset({"evict_node", "cordon_node", "uncordon_node"})
+    handles = CLUSTER_ACTIONS
 
     def __init__(self, *, clock: Clock, scontrol: str = "scontrol", timeout_s: float = 30.0) -> None:
         self.clock = clock
