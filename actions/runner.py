@@ -155,7 +155,8 @@ class PlanRunner:
 
     # ------------------------------------------------------------ one step
 
-    def _step(self, decision: Decision, idx: int, step: PlannedAction, results: dict[int, ActionResult]) -> ActionResult:
+    def _step(self, decision: Decision, idx: int, step: PlannedAction,
+              results: dict[int, ActionResult]) -> ActionResult:
         params = dict(step.params)
         cond = params.get("only_if_failed")
         if cond is not None and results.get(int(cond), _NONE).status != "failed":

@@ -67,12 +67,13 @@ class CommandFeed(Protocol):
 class Agent:
     """Supervises one training command and executes the commands addressed to it."""
 
-    def __init__(self, *, job: str, node: str, argv: Sequence[str], sink: RecordSink, command_keys: KeyRing, state_dir: Path,
-                 max_clock_skew_s: float = 30.0,
+    def __init__(self, *, job: str, node: str, argv: Sequence[str], sink: RecordSink, command_keys: KeyRing,
+                 state_dir: Path, max_clock_skew_s: float = 30.0,
                  grace_s: float = 30.0, selfcheck_command: Sequence[str] = ("trainguard", "selfcheck"),
                  selfcheck_timeout_s: float = 600.0, stack_timeout_s: float = 5.0,
                  hang_suspect_s: float = 300.0, hang_stack_every_s: float = 60.0,
-                 tee: Callable[[str, str], None] = lambda line, stream: print(line), clock: Callable[[], float] = time.time,
+                 tee: Callable[[str, str], None] = lambda line, stream: print(line),
+                 clock: Callable[[], float] = time.time,
                  env: dict[str, str] | None = None) -> None:
         self.job, self.node = job, node
         self.sink = sink

@@ -71,7 +71,8 @@ def _why(records: list[Record]) -> str:
 class NodeLoop:
     """Runs collectors on their intervals until stopped; publishes everything they produce."""
 
-    def __init__(self, *, sink: CountingSink, metrics: CollectorMetrics, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, sink: CountingSink, metrics: CollectorMetrics,
+                 clock: Callable[[], float] = time.time) -> None:
         self.sink = sink
         self.metrics = metrics
         self._clock = clock

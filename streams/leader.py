@@ -49,7 +49,8 @@ class LeaseElector:
         self._stop = threading.Event()
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, api: Any = None, kube: Any = None) -> LeaseElector | None:
+    def from_env(cls, env: Mapping[str, str] | None = None, *, api: Any = None,
+                 kube: Any = None) -> LeaseElector | None:
         """From LEASE_NAME, LEASE_DURATION_S, POD_NAME, POD_NAMESPACE; None when LEASE_NAME is unset.
 
         The API server is reached like the Kubernetes executor reaches it:

@@ -50,7 +50,8 @@ def check_assets(static: Path = STATIC) -> None:
                             "tools/install_web_assets.sh to fetch uPlot from npm)")
 
 
-def create_app(feed: ConsoleFeed, auth: Authenticator, cfg: ConsoleSettings, *, manage_feed: bool = True) -> web.Application:
+def create_app(feed: ConsoleFeed, auth: Authenticator, cfg: ConsoleSettings, *,
+               manage_feed: bool = True) -> web.Application:
     """The application; with `manage_feed` it starts and stops the Kafka feed with itself."""
     check_assets()
     app = web.Application(middlewares=[_guard])
@@ -266,7 +267,8 @@ async def _decision_verb(request: web.Request, verb: str) -> web.StreamResponse:
     return await _send(request, verb, did, str(body.get("reason", "")), {})
 
 
-async def _send(request: web.Request, verb: str, subject: str, reason: str, report: dict[str, Any]) -> web.StreamResponse:
+async def _send(request: web.Request, verb: str, subject: str, reason: str,
+                report: dict[str, Any]) -> web.StreamResponse:
     """Audit the request under the operator's name, then publish the command for act."""
     who: Identity = request[IDENTITY]
     now = time.time()

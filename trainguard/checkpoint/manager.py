@@ -168,8 +168,9 @@ class CheckpointManager:
 
     def sources(self) -> RestoreSources:
         holder = self.peer.peer if self.peer else None
+        peer_addr = self.addrs.get(holder) if holder is not None else None
         return RestoreSources(job=self.job, rank=self.rank, own_dir=self.own_dir, disk_dir=self.cfg.disk_dir,
-                              durable=self.cfg.durable, peer_addr=self.addrs.get(holder) if holder is not None else None)
+                              durable=self.cfg.durable, peer_addr=peer_addr)
 
     def restore(self, *, step: int | None = None, before: int | None = None, agree: bool = True,
                 tiers: tuple[str, ...] = TIERS) -> Restored | None:
@@ -348,7 +349,8 @@ class CheckpointManager:
             if reply.get("ok"):
                 self._last_done["peer"] = m.step
                 self.stats["peer_sent"] += 1
-                self._announce(m.step, "peer", f"tcp://{addr}", m.checksum, node=self.node_of.get(self.peer.peer, f"rank{self.peer.peer}"))
+                holder_node = self.node_of.get(self.peer.peer, f"rank{self.peer.peer}")
+                self._announce(m.step, "peer", f"tcp://{addr}", m.checksum, node=holder_node)
             else:
                 self.stats["peer_failed"] += 1
                 log.warning("peer backup of step %s to rank %s failed: %s", m.step, self.peer.peer, reply.get("error"))
