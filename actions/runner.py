@@ -27,7 +27,7 @@ from actions.safety import CircuitBreaker, Cooldown, needs_approval
 from actions.standby import PoolExhausted, StandbyPool
 from actions.topology import Topology
 from detectors.common import Bounded
-from schemas.actions import CLUSTER_ACTIONS, COORDINATED, REMOVES_NODE, RESTARTS_JOB, STOP_PLAN_ON_FAILURE
+from schemas.actions import CLUSTER_ACTIONS, DIAGNOSES, REMOVES_NODE, RESTARTS_JOB, STOP_PLAN_ON_FAILURE
 from schemas.records import ActionCommand, ActionResult, AuditEntry, Decision, PlannedAction, Record
 from schemas.signing import new_command_id
 
@@ -185,7 +185,7 @@ class PlanRunner:
             params["exclude_nodes"] = sorted(self.evicted.get(decision.job, set()))
             params["standby"] = dict(self.rails.pool.swaps)
             params["attempt"] = self._next_attempt(decision.job)
-        if step.action in COORDINATED:
+        if step.action in DIAGNOSES:
             params["machines"] = nodes
         targets = self._targets(decision.job, step.action, nodes)
         if not targets:
@@ -250,7 +250,7 @@ class PlanRunner:
     def _targets(self, job: str, action: str, nodes: list[str]) -> list[str]:
         if action in CLUSTER_ACTIONS:
             return nodes
-        if action in COORDINATED:
+        if action in DIAGNOSES:
             return nodes[:1]  # the first machine's agent coordinates the check
         if nodes:
             return nodes

@@ -15,8 +15,9 @@ node agent, so adding an action means adding one row here:
   standby swaps and a new attempt number.
 * `removes_node`: the step takes machines out of the job, so the safety rails
   (cool-down, circuit breaker) must allow it and record it.
-* `coordinated`: one agent (on the first named machine) coordinates the step
-  for all the machines named.
+* `diagnoses`: a stop-time diagnosis; one agent (on the first named machine)
+  coordinates it for all the machines named, and ETTR counts its time as
+  localisation.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class ActionSpec:
     agent_verb: str = ""
     restarts_job: bool = False
     removes_node: bool = False
-    coordinated: bool = False
+    diagnoses: bool = False
 
 
 ACTIONS: dict[ActionName, ActionSpec] = {
@@ -66,8 +67,8 @@ ACTIONS: dict[ActionName, ActionSpec] = {
     "rollback_code": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="rollback_code", restarts_job=True),
     "retry": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="restart_from_checkpoint", restarts_job=True),
     "dump_stacks": ActionSpec("agent", agent_verb="dump_stacks"),
-    "self_check": ActionSpec("agent", agent_verb="self_check", coordinated=True),
-    "replay_regroup": ActionSpec("agent", agent_verb="replay_regroup", coordinated=True),
+    "self_check": ActionSpec("agent", agent_verb="self_check", diagnoses=True),
+    "replay_regroup": ActionSpec("agent", agent_verb="replay_regroup", diagnoses=True),
     "stop": ActionSpec("agent", agent_verb="stop"),
     "escalate": ActionSpec("runner"),
     "none": ActionSpec("runner"),
@@ -78,7 +79,7 @@ AGENT_ACTIONS = frozenset(name for name, spec in ACTIONS.items() if spec.scope =
 STOP_PLAN_ON_FAILURE = frozenset(name for name, spec in ACTIONS.items() if spec.stops_plan_on_failure)
 RESTARTS_JOB = frozenset(name for name, spec in ACTIONS.items() if spec.restarts_job)
 REMOVES_NODE = frozenset(name for name, spec in ACTIONS.items() if spec.removes_node)
-COORDINATED = frozenset(name for name, spec in ACTIONS.items() if spec.coordinated)
+DIAGNOSES = frozenset(name for name, spec in ACTIONS.items() if spec.diagnoses)
 # What the agents themselves execute, and how the local executor renames an action for them.
 AGENT_VERBS = frozenset(spec.agent_verb for spec in ACTIONS.values() if spec.agent_verb)
 AGENT_TRANSLATION = {name: spec.agent_verb for name, spec in ACTIONS.items()

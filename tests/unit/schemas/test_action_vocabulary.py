@@ -13,7 +13,7 @@ from schemas.actions import (
     AGENT_TRANSLATION,
     AGENT_VERBS,
     CLUSTER_ACTIONS,
-    COORDINATED,
+    DIAGNOSES,
     REMOVES_NODE,
     RESTARTS_JOB,
     STOP_PLAN_ON_FAILURE,
@@ -35,7 +35,7 @@ def test_the_sets_read_off_the_table() -> None:
     assert STOP_PLAN_ON_FAILURE == {"evict_node", "restart_from_checkpoint", "rollback_code", "hot_update", "retry"}
     assert RESTARTS_JOB == {"restart_from_checkpoint", "retry", "rollback_code", "hot_update"}
     assert REMOVES_NODE == {"evict_node", "cordon_node"}
-    assert COORDINATED == {"self_check", "replay_regroup"}
+    assert DIAGNOSES == {"self_check", "replay_regroup"}
 
 
 def test_every_agent_verb_is_itself_an_agent_action() -> None:
