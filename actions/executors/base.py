@@ -20,10 +20,10 @@ Clock = Callable[[], float]
 
 
 class Executor(Protocol):
-    """Carries out commands of the kinds in `handles`."""
+    """Carries out commands; which kinds reach which executor is the action table's `scope`
+    (schemas/actions.py): the runner sends cluster actions to the cluster executor, the rest to the node one."""
 
     name: str
-    handles: frozenset[str]
 
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
         """Do `command`; `targets` are the nodes expected to act (may be empty)."""

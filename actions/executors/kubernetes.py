@@ -26,7 +26,6 @@ from typing import Any
 
 from actions.executors import kubernetes_objects as objects
 from actions.executors.base import K8S_NODE, Clock, invalid_nodes, refused
-from schemas.actions import CLUSTER_ACTIONS
 from schemas.records import ActionCommand, ActionResult
 
 
@@ -38,7 +37,6 @@ class KubernetesExecutor:
     """Cluster verbs against a Kubernetes API server."""
 
     name = "kubernetes"
-    handles = CLUSTER_ACTIONS
 
     def __init__(self, *, api: Any, clock: Clock, sleep: Callable[[float], None] = time.sleep,
                  taint_key: str = "trainguard.io/evicted", pod_label_selector: str = "",

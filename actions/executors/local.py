@@ -16,7 +16,7 @@ from typing import Protocol
 import msgspec
 
 from actions.executors.base import Clock, invalid_nodes, merge_results, refused
-from schemas.actions import AGENT_ACTIONS, AGENT_TRANSLATION, CLUSTER_ACTIONS
+from schemas.actions import AGENT_TRANSLATION
 from schemas.records import ActionCommand, ActionResult
 
 
@@ -36,7 +36,6 @@ class LocalExecutor:
     """Talks to node agents over a command bus."""
 
     name = "local"
-    handles = AGENT_ACTIONS | CLUSTER_ACTIONS
 
     def __init__(self, *, bus: CommandBus, timeout_s: float, clock: Clock) -> None:
         self.bus = bus

@@ -13,7 +13,6 @@ import subprocess
 from typing import Any
 
 from actions.executors.base import Clock, invalid_nodes, refused
-from schemas.actions import CLUSTER_ACTIONS
 from schemas.records import ActionCommand, ActionResult
 
 _ERROR = re.compile(r"(slurm_\w+ error|error|Invalid)[^\n]*", re.IGNORECASE)
@@ -35,7 +34,6 @@ class SlurmExecutor:
     """Cluster verbs through the `scontrol` command line."""
 
     name = "slurm"
-    handles = CLUSTER_ACTIONS
 
     def __init__(self, *, clock: Clock, scontrol: str = "scontrol", timeout_s: float = 30.0) -> None:
         self.clock = clock

@@ -184,7 +184,6 @@ class _Refuse:
     """The executor of a dry run: a planned decision is never executed (dry-run decisions skip the runner)."""
 
     name = "dry-run"
-    handles = frozenset[str]()
 
     def execute(self, command: Any, *, targets: list[str]) -> Any:
         raise RuntimeError("dry run: nothing may be executed")

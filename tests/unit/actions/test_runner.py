@@ -22,7 +22,6 @@ TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r i
 
 class Recorder:
     name = "recorder"
-    handles = frozenset({"*"})
 
     def __init__(self, replies: dict[str, dict[str, Any]] | None = None, fail_on: str = "") -> None:
         self.calls: list[tuple[ActionCommand, list[str]]] = []
