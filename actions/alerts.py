@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from schemas.records import Decision, Incident
@@ -26,7 +26,7 @@ BLOCKED = frozenset({"blocked", "awaiting_approval", "failed"})
 
 
 def _time(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def alertmanager_alert(record: Incident | Decision, *, generator_url: str = "") -> dict[str, Any]:

@@ -148,10 +148,6 @@ class CheckpointRegistry:
                 return ckpt
         return None
 
-    def latest_valid(self, job: str) -> Checkpoint | None:
-        """The newest checkpoint still valid (saved, not later invalidated)."""
-        return self.latest(job)
-
     def latest_with_code(self, job: str, *, exclude: str = "") -> Checkpoint | None:
         """The newest checkpoint written by a code version other than `exclude`.
 

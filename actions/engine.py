@@ -98,7 +98,8 @@ class DecisionEngine:
             return self._escalate(inc, "hw_fault.unlocalised", "hardware fault names no node; an operator must look")
         return self._decision(
             inc, rule="hw_fault.evict_swap_restart", plan=self._evict_and_restart(inc, nodes),
-            reason=f"hardware fault on {', '.join(nodes)}: evict, swap in a standby, restart from the latest checkpoint",
+            reason=f"hardware fault on {', '.join(nodes)}: evict, swap in a standby, "
+                   "restart from the latest checkpoint",
             alternatives=["diagnose in place: rejected, isolating first is faster and a sick GPU fails again",
                           "retry on the same nodes: rejected, hardware faults recur"],
         )
@@ -232,7 +233,8 @@ class DecisionEngine:
         ckpt = self.checkpoints.latest_with_code(inc.job, exclude=bad) if not good else None
         good = good or (ckpt.code_version if ckpt else "")
         if not good:
-            return self._escalate(inc, "user_error.no_good_version", "user/code error and no earlier code version known")
+            return self._escalate(inc, "user_error.no_good_version",
+                                  "user/code error and no earlier code version known")
         latest = self.checkpoints.latest_before(inc.job, step=inc.step, ts=inc.onset)
         params: dict[str, Any] = {"code_version": good, **_ckpt_params(latest, before=inc.step)}
         return self._decision(

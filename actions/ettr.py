@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from detectors.common import Bounded
+from schemas.actions import DIAGNOSES
 from schemas.records import ActionResult, Incident, Record, TrainingStep
 
 CATEGORIES = ("detection", "localisation", "failover", "recompute")
-_LOCALISING = frozenset({"self_check", "replay_regroup"})
 
 
 @dataclass(frozen=True)
@@ -95,14 +95,10 @@ class EttrAccount:
                                          attempt=job.attempt))
             job.first = min(job.first, record.onset)
             job.last = max(job.last, record.detected_at)
-        elif isinstance(record, ActionResult) and record.action in _LOCALISING and record.job in self._jobs:
+        elif isinstance(record, ActionResult) and record.action in DIAGNOSES and record.job in self._jobs:
             episode = self._open(self._jobs[record.job])
             if episode is not None:
                 episode.localised = max(episode.localised or record.ts, record.ts)
-
-    def jobs(self) -> list[str]:
-        """Every job seen."""
-        return sorted(self._jobs)
 
     def report(self, job: str) -> EttrReport:
         """The account of one job so far."""

@@ -165,22 +165,10 @@ class Journal:
         return None if row is None else self._codec.decode(row[0], ActionCommand)
 
     @_locked
-    def put_states(self, states: dict[str, dict[str, Any]]) -> None:
-        """Store several state blobs atomically."""
-        with self._tx():
-            for key, value in states.items():
-                self._db.execute("INSERT OR REPLACE INTO kv VALUES (?,?)", (key, json.dumps(value)))
-
-    @_locked
     def states(self, prefix: str) -> dict[str, dict[str, Any]]:
         """Every state blob whose key starts with `prefix`, by the rest of its key."""
         rows = self._db.execute("SELECT key, value FROM kv WHERE key >= ? AND key < ?", (prefix, prefix + "\uffff"))
         return {k[len(prefix):]: dict(json.loads(v)) for k, v in rows.fetchall()}
-
-    @_locked
-    def delete_state(self, key: str) -> None:
-        """Forget one state blob."""
-        self._db.execute("DELETE FROM kv WHERE key=?", (key,))
 
     @contextmanager
     def _tx(self) -> Iterator[None]:

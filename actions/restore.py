@@ -12,7 +12,8 @@ records it so the post-mortem can say where every rank restored from.
     >>> from schemas.records import CheckpointEvent as E
     >>> idx = TierIndex()
     >>> for r, node in ((0, "a"), (1, "b")):
-    ...     idx.observe(E(ts=1.0, job="j", step=7, path=f"mem://{node}", rank=r, tier="memory", world_size=2, node=node))
+    ...     idx.observe(E(ts=1.0, job="j", step=7, path=f"mem://{node}", rank=r, tier="memory", world_size=2,
+    ...                   node=node))
     >>> idx.observe(E(ts=1.1, job="j", step=7, path="tcp://a:1", rank=1, tier="peer", world_size=2, node="a"))
     >>> plan = idx.plan("j", lost_nodes={"b"})
     >>> plan.step, plan.ranks[0].tier, plan.ranks[1].tier

@@ -20,17 +20,18 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from actions.executors.base import CLUSTER_ACTIONS, Clock, Executor
+from actions.executors.base import Clock, Executor
 from actions.journal import Journal
 from actions.replay import ReplayPlan, locate
 from actions.safety import CircuitBreaker, Cooldown, needs_approval
 from actions.standby import PoolExhausted, StandbyPool
 from actions.topology import Topology
 from detectors.common import Bounded
+from schemas.actions import CLUSTER_ACTIONS, DIAGNOSES, REMOVES_NODE, RESTARTS_JOB, STOP_PLAN_ON_FAILURE
 from schemas.records import ActionCommand, ActionResult, AuditEntry, Decision, PlannedAction, Record
 from schemas.signing import new_command_id
 
-Sink = Callable[[Record], None]
+Emit = Callable[[Record], None]  # where the runner writes commands, results and audit entries
 T = TypeVar("T")
 
 
@@ -41,7 +42,6 @@ def _locked(method: Callable[..., T]) -> Callable[..., T]:
             return method(self, *args, **kwargs)
 
     return wrapper
-_STOP_ON_FAILURE = frozenset({"evict_node", "restart_from_checkpoint", "rollback_code", "hot_update", "retry"})
 
 
 @dataclass
@@ -58,7 +58,7 @@ class PlanRunner:
     """Executes decisions through executors, journaled and audited."""
 
     def __init__(self, *, journal: Journal, rails: Rails, node_executor: Executor, cluster_executor: Executor,
-                 sink: Sink, clock: Clock, topologies: dict[str, Topology] | None = None,
+                 sink: Emit, clock: Clock, topologies: dict[str, Topology] | None = None,
                  reported_attempt: Callable[[str], int] | None = None, max_jobs: int = 4096) -> None:
         self.journal = journal
         self.rails = rails
@@ -110,10 +110,10 @@ class PlanRunner:
                                                         "action": step.action, "status": done.status,
                                                         "message": done.message, "details": done.details})
             results[idx] = done
-            if done.status == "rejected" and step.action in ("evict_node", "cordon_node"):
+            if done.status == "rejected" and step.action in REMOVES_NODE:
                 status = "blocked"
                 break
-            if done.status in ("failed", "rejected") and step.action in _STOP_ON_FAILURE:
+            if done.status in ("failed", "rejected") and step.action in STOP_PLAN_ON_FAILURE:
                 status = "failed"
                 break
         final = msgspec.structs.replace(decision, status=status)
@@ -155,7 +155,8 @@ class PlanRunner:
 
     # ------------------------------------------------------------ one step
 
-    def _step(self, decision: Decision, idx: int, step: PlannedAction, results: dict[int, ActionResult]) -> ActionResult:
+    def _step(self, decision: Decision, idx: int, step: PlannedAction,
+              results: dict[int, ActionResult]) -> ActionResult:
         params = dict(step.params)
         cond = params.get("only_if_failed")
         if cond is not None and results.get(int(cond), _NONE).status != "failed":
@@ -168,7 +169,7 @@ class PlanRunner:
             return self._result(decision, idx, "escalate", "ok", "escalated to an operator")
         if step.action == "swap_standby":
             return self._swap(decision, idx, nodes)
-        if step.action in ("evict_node", "cordon_node"):
+        if step.action in REMOVES_NODE:
             verdict = self.rails.cooldown.check(nodes, ts=decision.ts)
             if verdict.allowed:
                 verdict = self.rails.breaker.check(job=decision.job, nodes=nodes, job_size=self._job_size(decision.job),
@@ -180,11 +181,11 @@ class PlanRunner:
         params.pop("nodes_from", None)
         params.pop("from_replay", None)
         params.pop("fallback_nodes", None)
-        if step.action in ("restart_from_checkpoint", "retry", "rollback_code", "hot_update"):
+        if step.action in RESTARTS_JOB:
             params["exclude_nodes"] = sorted(self.evicted.get(decision.job, set()))
             params["standby"] = dict(self.rails.pool.swaps)
             params["attempt"] = self._next_attempt(decision.job)
-        if step.action in ("self_check", "replay_regroup"):
+        if step.action in DIAGNOSES:
             params["machines"] = nodes
         targets = self._targets(decision.job, step.action, nodes)
         if not targets:
@@ -216,7 +217,7 @@ class PlanRunner:
             self.lock.acquire()
         if isinstance(command.params.get("attempt"), int):  # the generation this restart started
             self.attempts[decision.job] = max(self.attempts.get(decision.job, 0), command.params["attempt"])
-        if step.action in ("evict_node", "cordon_node") and result.status == "ok":
+        if step.action in REMOVES_NODE and result.status == "ok":
             self.rails.breaker.record(job=decision.job, nodes=command.nodes, ts=decision.ts)
             self.rails.cooldown.record(command.nodes, ts=decision.ts)
             self.evicted[decision.job] = self.evicted.get(decision.job, set()) | set(command.nodes)
@@ -249,7 +250,7 @@ class PlanRunner:
     def _targets(self, job: str, action: str, nodes: list[str]) -> list[str]:
         if action in CLUSTER_ACTIONS:
             return nodes
-        if action in ("self_check", "replay_regroup"):
+        if action in DIAGNOSES:
             return nodes[:1]  # the first machine's agent coordinates the check
         if nodes:
             return nodes

@@ -70,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"one core; target >= {TARGET_PER_S:,}/s")
     for label, fn in variants.items():
         per_s = rate(fn, args.seconds)
-        mark = "" if label.startswith("Codec.encode") else ("  (meets target)" if per_s >= TARGET_PER_S else "  (below target)")
+        verdict = "  (meets target)" if per_s >= TARGET_PER_S else "  (below target)"
+        mark = "" if label.startswith("Codec.encode") else verdict
         print(f"  {label:42s} {per_s:>12,.0f} /CPU-s  {1e6 / per_s:6.2f} us{mark}")
     return 0
 

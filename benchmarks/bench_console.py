@@ -26,12 +26,22 @@ import threading
 import time
 import urllib.request
 from collections.abc import Sequence
-from typing import Any
 
 from aiohttp import web
 
-from schemas.records import (ActionCommand, ActionResult, Anomaly, AuditEntry, CheckpointEvent, Decision, Incident,
-                             JobTopology, NodeGpuSample, PlannedAction, TrainingStep)
+from schemas.records import (
+    ActionCommand,
+    ActionResult,
+    Anomaly,
+    AuditEntry,
+    CheckpointEvent,
+    Decision,
+    Incident,
+    JobTopology,
+    NodeGpuSample,
+    PlannedAction,
+    TrainingStep,
+)
 from schemas.topics import Topics
 from streams.console.app import create_app
 from streams.console.auth import Authenticator, User
@@ -122,7 +132,8 @@ def page_render(url: str, hashes: list[str], repeat: int) -> dict[str, float]:
     from selenium.webdriver.support.ui import WebDriverWait
 
     opts = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,1000"):
         opts.add_argument(arg)
     opts.binary_location = "/usr/bin/chromium"
     browser = webdriver.Chrome(options=opts, service=webdriver.ChromeService("/usr/bin/chromedriver"))
@@ -137,9 +148,11 @@ def page_render(url: str, hashes: list[str], repeat: int) -> dict[str, float]:
             samples = []
             for _ in range(repeat):
                 count = int(browser.find_element(By.ID, "view").get_attribute("data-rendered") or 0)
-                browser.execute_script("location.hash = arguments[0]; window.dispatchEvent(new HashChangeEvent('hashchange'))",
+                browser.execute_script("location.hash = arguments[0]; "
+                                       "window.dispatchEvent(new HashChangeEvent('hashchange'))",
                                        hash_)
-                wait.until(lambda b: int(b.find_element(By.ID, "view").get_attribute("data-rendered") or 0) > count)
+                # wait.until calls the lambda before the loop moves on, so the late binding is harmless
+                wait.until(lambda b: int(b.find_element(By.ID, "view").get_attribute("data-rendered") or 0) > count)  # noqa: B023
                 samples.append(float(browser.find_element(By.ID, "view").get_attribute("data-render-ms") or 0))
             out[hash_] = statistics.median(samples)
     finally:

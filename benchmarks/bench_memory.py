@@ -61,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"load {os.getloadavg()[0]:.2f}")
     for n in counts:
         held, entries, evicted = held_bytes(n)
-        print(f"  {n:6d} ranks: {held / 2**20:7.2f} MiB held = {held / max(1, min(n, common.MAX_RANKS)) * 1000 / 2**20:5.2f}"
+        per_1000 = held / max(1, min(n, common.MAX_RANKS)) * 1000 / 2**20
+        print(f"  {n:6d} ranks: {held / 2**20:7.2f} MiB held = {per_1000:5.2f}"
               f" MiB per 1,000 ranks kept; {entries} entries, {evicted} evicted")
     return 0
 

@@ -257,7 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=512, help="fleet size the events describe")
     parser.add_argument("--latency-s", type=float, default=30.0, help="length of the latency run (0: skip it)")
     parser.add_argument("--compare-exactly-once", action="store_true",
-                        help="also drain the same backlog at-least-once (no transactions, no snapshots) and print the ratio")
+                        help="also drain the same backlog at-least-once (no transactions, no snapshots) "
+                             "and print the ratio")
     parser.add_argument("--latency-rate", type=float, help="skip the throughput run; measure latency at this events/s")
     args = parser.parse_args(argv)
     servers = load_settings().broker.servers

@@ -66,7 +66,8 @@ def preload(servers: str, topics: Topics, nodes: int, per_job: int, count: int) 
     return asyncio.run(run())
 
 
-def start_workers(servers: str, prefix: str, partitions: int, workdir: Path, k: int) -> list[tuple[subprocess.Popen[bytes], int, Path]]:
+def start_workers(servers: str, prefix: str, partitions: int, workdir: Path,
+                  k: int) -> list[tuple[subprocess.Popen[bytes], int, Path]]:
     out = []
     for i in range(k):
         port = 21_000 + uuid.uuid4().int % 2000
@@ -76,8 +77,10 @@ def start_workers(servers: str, prefix: str, partitions: int, workdir: Path, k: 
         path = workdir / f"{prefix}{i}.yaml"
         path.write_text(yaml.safe_dump(config))
         log = workdir / f"{prefix}{i}.log"
-        proc = subprocess.Popen([sys.executable, "-m", "trainguard.cli", "-c", str(path), "worker", "--loglevel", "info"],
-                                stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        argv = [sys.executable, "-m", "trainguard.cli", "-c", str(path), "worker", "--loglevel", "info"]
+        proc = subprocess.Popen(argv,
+                                stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
         out.append((proc, port, log))
     return out
 
@@ -138,7 +141,8 @@ def takeover(servers: str, partitions: int, workdir: Path, args: argparse.Namesp
             after = [t for t in times if t > killed_at]
             if after:
                 time.sleep(2)
-                times = [datetime.strptime(m, "%Y-%m-%d %H:%M:%S,%f") for m in pattern.findall(workers[1][2].read_text())]
+                stamps = pattern.findall(workers[1][2].read_text())
+                times = [datetime.strptime(m, "%Y-%m-%d %H:%M:%S,%f") for m in stamps]
                 return (max(t for t in times if t > killed_at) - killed_at).total_seconds()
             time.sleep(0.2)
         raise RuntimeError("the survivor never took over")

@@ -45,21 +45,15 @@ import msgspec
 from collectors.agent_state import AgentState, StateFile
 from collectors.hang_watch import HangWatch, progress_rank, read_progress
 from collectors.logs import LogParser
+from collectors.sink import RecordSink
 from collectors.stacks import StackSampler
 from collectors.supervisor import ProcessSupervisor, env_of
-from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, Record, StackSample
+from schemas.actions import AGENT_VERBS
+from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, StackSample
 from schemas.signing import KeyRing, Received, command_problem
 
 log = logging.getLogger(__name__)
 
-AGENT_ACTIONS = frozenset({"restart_from_checkpoint", "hot_update", "rollback_code", "dump_stacks", "stop",
-                           "self_check", "replay_regroup"})
-
-
-class Sink(Protocol):
-    """Where records go (the `Publisher`)."""
-
-    def publish(self, record: Record) -> None: ...
 
 
 class CommandFeed(Protocol):
@@ -73,12 +67,13 @@ class CommandFeed(Protocol):
 class Agent:
     """Supervises one training command and executes the commands addressed to it."""
 
-    def __init__(self, *, job: str, node: str, argv: Sequence[str], sink: Sink, command_keys: KeyRing, state_dir: Path,
-                 max_clock_skew_s: float = 30.0,
+    def __init__(self, *, job: str, node: str, argv: Sequence[str], sink: RecordSink, command_keys: KeyRing,
+                 state_dir: Path, max_clock_skew_s: float = 30.0,
                  grace_s: float = 30.0, selfcheck_command: Sequence[str] = ("trainguard", "selfcheck"),
                  selfcheck_timeout_s: float = 600.0, stack_timeout_s: float = 5.0,
                  hang_suspect_s: float = 300.0, hang_stack_every_s: float = 60.0,
-                 tee: Callable[[str, str], None] = lambda line, stream: print(line), clock: Callable[[], float] = time.time,
+                 tee: Callable[[str, str], None] = lambda line, stream: print(line),
+                 clock: Callable[[], float] = time.time,
                  env: dict[str, str] | None = None) -> None:
         self.job, self.node = job, node
         self.sink = sink
@@ -188,7 +183,7 @@ class Agent:
 
     def addressed(self, cmd: ActionCommand) -> bool:
         """Is this a process-level command for this job (and node, if it names nodes)?"""
-        return (cmd.action in AGENT_ACTIONS and cmd.job == self.job
+        return (cmd.action in AGENT_VERBS and cmd.job == self.job
                 and (not cmd.nodes or self.node in cmd.nodes))
 
     def handle(self, received: Received) -> ActionResult | None:

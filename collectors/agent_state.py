@@ -53,7 +53,8 @@ class StateFile:
                 data: dict[str, Any] = json.loads(self.path.read_text())
                 return AgentState(**data)
             except (ValueError, TypeError) as exc:
-                raise ValueError(f"agent state file {self.path} is corrupt ({exc}); move it away to start fresh") from None
+                raise ValueError(f"agent state file {self.path} is corrupt ({exc}); "
+                                 "move it away to start fresh") from None
         env = env or {}
         return AgentState(first_started=now, attempt=int(env.get("TRAINGUARD_ATTEMPT", "0") or 0),
                           code_version=env.get("TRAINGUARD_CODE_VERSION", ""))

@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 class KafkaCommandFeed:
     """Polls action commands; offsets are committed only after the agent handled them."""
 
-    def __init__(self, *, servers: str, topic: str, group_id: str, client_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, *, servers: str, topic: str, group_id: str,
+                 client_options: dict[str, Any] | None = None) -> None:
         self._config = dict(bootstrap_servers=servers, group_id=group_id, enable_auto_commit=False,
                             auto_offset_reset="earliest", client_id=group_id,
                             bootstrap_timeout_ms=5000,  # retried by the caller; keeps close() prompt

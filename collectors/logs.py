@@ -110,7 +110,8 @@ class LogParser:
             if line.startswith("During handling of") or line.startswith("The above exception was"):
                 return []  # a chained traceback continues
             tb, self._tb = self._tb, None
-            self._pending = self._event(ts, "error", "traceback", line.strip(), tb.rank if tb.rank is not None else rank)
+            who = tb.rank if tb.rank is not None else rank
+            self._pending = self._event(ts, "error", "traceback", line.strip(), who)
             return []
         if line.startswith(_TRACEBACK_START):
             self._tb = _Traceback(rank=rank)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from collectors.logs import LogParser
 from collectors.metrics import CollectorMetrics
+from collectors.sink import CountingSink
 from schemas.records import Record
 
 log = logging.getLogger(__name__)
@@ -31,14 +32,6 @@ class Collector(Protocol):
     def collect(self, now: float) -> list[Any]: ...
 
     def close(self) -> None: ...
-
-
-class Sink(Protocol):
-    """Where records go (the `Publisher`)."""
-
-    def publish(self, record: Record) -> None: ...
-
-    def stats(self) -> dict[str, int]: ...
 
 
 @dataclass
@@ -78,7 +71,8 @@ def _why(records: list[Record]) -> str:
 class NodeLoop:
     """Runs collectors on their intervals until stopped; publishes everything they produce."""
 
-    def __init__(self, *, sink: Sink, metrics: CollectorMetrics, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, sink: CountingSink, metrics: CollectorMetrics,
+                 clock: Callable[[], float] = time.time) -> None:
         self.sink = sink
         self.metrics = metrics
         self._clock = clock

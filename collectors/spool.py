@@ -145,7 +145,8 @@ class Spool:
         """Drop the oldest low-value rows, then the oldest others, until `incoming` fits."""
         for low in (1, 0):
             while self._bytes + incoming > self.max_bytes:
-                row = self._db.execute("SELECT seq, size FROM spool WHERE low=? ORDER BY seq LIMIT 1", (low,)).fetchone()
+                row = self._db.execute("SELECT seq, size FROM spool WHERE low=? ORDER BY seq LIMIT 1",
+                                       (low,)).fetchone()
                 if row is None:
                     break
                 self._db.execute("DELETE FROM spool WHERE seq=?", (row[0],))

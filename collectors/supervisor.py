@@ -119,6 +119,8 @@ def without_keys(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.upper().startswith(SECRET_ENV_PREFIXES)}
 
 
+# The second prefix is the pre-Ed25519 shared HMAC key's variable: no setting reads it now, but an old
+# deployment may still set it, and a secret must not reach the training process either way.
 SECRET_ENV_PREFIXES = ("TRAINGUARD_SECURITY__", "TRAINGUARD_ACTIONS__HMAC")
 
 

@@ -32,8 +32,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
+from collectors.sink import ClosingSink
 from collectors.topology import Placement, coordinates, placement
 from schemas.records import CheckpointEvent, Heartbeat, JobTopology, Phase, PhaseChange, Record, TrainingStep, metric
 from schemas.topics import Topics
@@ -44,14 +45,6 @@ PEAK_FLOPS: dict[str, float] = {"B200": 2.25e15, "H200": 989e12, "H100": 989e12,
 
 
 log = logging.getLogger(__name__)
-
-class Sink(Protocol):
-    """Where records go: `collectors.publisher.Publisher`, or anything alike."""
-
-    def publish(self, record: Record) -> None: ...
-
-    def close(self, timeout_s: float = 10.0) -> bool: ...
-
 
 def param_checksum(params: Iterator[Any] | list[Any]) -> str:
     """A digest of the exact bits of every tensor, identical on every data-parallel replica.
@@ -103,7 +96,7 @@ def detect_peak_flops() -> float | None:
 class TrainingMonitor:
     """Publishes a job's steps, phases, checkpoints, topology and heartbeats."""
 
-    def __init__(self, *, job: str, model: Any = None, publisher: Sink | None = None, tp: int = 1, pp: int = 1,
+    def __init__(self, *, job: str, model: Any = None, publisher: ClosingSink | None = None, tp: int = 1, pp: int = 1,
                  flops_per_token: float | None = None, peak_flops: float | None = None,
                  checksum_every: int = 100, heartbeat_interval_s: float = 5.0,
                  env: Mapping[str, str] | None = None, install_stack_signal: bool = True,
@@ -126,7 +119,7 @@ class TrainingMonitor:
         self._clock = clock
         self._last_t = time.perf_counter()
         self._owns_publisher = publisher is None
-        self._sink: Sink = publisher or self._default_publisher()
+        self._sink: ClosingSink = publisher or self._default_publisher()
         self._stop = threading.Event()
         self._stack_file: IO[str] | None = None
         if install_stack_signal:
@@ -244,7 +237,7 @@ class TrainingMonitor:
         else:
             faulthandler.register(signal.SIGUSR1, all_threads=True)
 
-    def _default_publisher(self) -> Sink:
+    def _default_publisher(self) -> ClosingSink:
         from collectors.publisher import Publisher
         from schemas.kafka_config import broker_from_environment, client_options
 

@@ -40,8 +40,17 @@ from detectors.base import Detector
 from detectors.common import Bounded, Rolling, finding, rank_map
 from detectors.stacks import is_background_thread, is_observer_thread, outliers, signature
 from schemas.records import (
-    Anomaly, CheckpointEvent, Heartbeat, JobTopology, LogEvent, NodeGpuSample, PhaseChange, RdmaSample, Record,
-    StackSample, TrainingStep,
+    Anomaly,
+    CheckpointEvent,
+    Heartbeat,
+    JobTopology,
+    LogEvent,
+    NodeGpuSample,
+    PhaseChange,
+    RdmaSample,
+    Record,
+    StackSample,
+    TrainingStep,
 )
 
 PAUSE_PHASES = frozenset({"checkpointing", "eval", "init", "idle", "stopped"})

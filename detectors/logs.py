@@ -50,7 +50,8 @@ def classify(event: LogEvent) -> tuple[str, str]:
     """('infra' | 'user' | 'unknown', the matched text).
 
     >>> from schemas.records import LogEvent
-    >>> def c(m, code=None): return classify(LogEvent(ts=0, node="n", level="error", source="x", message=m, exit_code=code))
+    >>> def c(m, code=None):
+    ...     return classify(LogEvent(ts=0, node="n", level="error", source="x", message=m, exit_code=code))
     >>> c("ModuleNotFoundError: No module named 'flash_attn'")
     ('user', 'ModuleNotFoundError')
     >>> c("RuntimeError: NCCL communicator was aborted")[0], c("hello")[0], c("exited", 2)[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Iterable
-from functools import lru_cache
+from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -52,7 +52,7 @@ def build(type_name: str, instance: str, params: dict[str, Any]) -> Detector:
         raise TypeError(f"detector {instance!r} ({type_name}): bad parameters: {exc}") from None
 
 
-@lru_cache(maxsize=None)  # a pure function of the class: building the model is the slow part of loading a config
+@cache  # a pure function of the class: building the model is the slow part of loading a config
 def params_model(cls: type[Detector]) -> type[BaseModel]:
     """A strict pydantic model of a detector's parameters, derived from its `__init__` signature.
 

@@ -75,7 +75,8 @@ class SdcDetector(Detector):
     [[], [], []]
     >>> [(a.kind, a.ranks, a.nodes, a.step) for a in d.observe(rec(3, "bb"))]
     []
-    >>> [(a.kind, a.ranks, a.nodes, a.step) for a in d.observe(TrainingStep(ts=9.0, job="j", rank=0, node="n0", step=10, loss=1.0))]
+    >>> last = TrainingStep(ts=9.0, job="j", rank=0, node="n0", step=10, loss=1.0)
+    >>> [(a.kind, a.ranks, a.nodes, a.step) for a in d.observe(last)]
     [('sdc', [3], ['n3'], 7)]
     """
 

@@ -46,7 +46,8 @@ def is_background_thread(frames: list[str]) -> bool:
 def is_observer_thread(frames: list[str]) -> bool:
     """True for a monitoring thread: its entry point (first frame past `threading`) is ours or Kafka's.
 
-    >>> is_observer_thread(["_bootstrap (threading.py:995)", "_beat (/x/collectors/training_hook.py:201)", "wait (threading.py:320)"])
+    >>> is_observer_thread(["_bootstrap (threading.py:995)", "_beat (/x/collectors/training_hook.py:201)",
+    ...                     "wait (threading.py:320)"])
     True
     >>> is_observer_thread(["<module> (train.py:9)", "step (/x/collectors/training_hook.py:130)"])
     False

@@ -54,7 +54,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     OperatorCommand,
     DeadLetter,
 )
-AnyRecord = Union[RECORD_TYPES]  # type: ignore[valid-type]
+AnyRecord = Union[RECORD_TYPES]  # type: ignore[valid-type]  # noqa: UP007 (a tuple unpacks only into Union[...])
 
 DEFAULT_MAX_BYTES = 1 << 20
 _PATH = re.compile(r"at `\$\.?([^`]*)`|unknown field `([^`]*)`")

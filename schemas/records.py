@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from schemas.actions import ActionName
+
 SCHEMA_VERSION = 1
 
 NonFinite = Literal["nan", "inf", "-inf"]
@@ -311,22 +313,7 @@ class Incident(Record, tag="incident", frozen=True):
 # ------------------------------------------------------------------ actions
 
 
-ActionName = Literal[
-    "evict_node",
-    "cordon_node",
-    "uncordon_node",
-    "swap_standby",
-    "restart_from_checkpoint",
-    "hot_update",
-    "rollback_code",
-    "retry",
-    "dump_stacks",
-    "self_check",
-    "replay_regroup",
-    "stop",
-    "escalate",
-    "none",
-]
+# The action names and what each means: schemas/actions.py.
 
 
 class PlannedAction(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, gc=False):

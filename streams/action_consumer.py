@@ -41,8 +41,17 @@ from actions.knowledge import JobKnowledge
 from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command
 from actions.runner import PlanRunner
 from detectors.common import Bounded, bounded_evictions
-from schemas.records import (ActionResult, AuditEntry, CheckpointEvent, Decision, Incident, JobTopology,
-                             OperatorCommand, Record, TrainingStep)
+from schemas.records import (
+    ActionResult,
+    AuditEntry,
+    CheckpointEvent,
+    Decision,
+    Incident,
+    JobTopology,
+    OperatorCommand,
+    Record,
+    TrainingStep,
+)
 from schemas.signing import KeyRing, signed_by_node
 from streams.action_metrics import ActionMetrics
 

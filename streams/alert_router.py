@@ -44,7 +44,7 @@ def post_json(url: str, payload: Any, *, timeout_s: float = 5.0) -> None:
 
 
 @dataclass
-class Sink:
+class AlertSink:
     """One destination: how to shape a record for it, where to send it, and its rate limit."""
 
     name: str
@@ -56,7 +56,7 @@ class Sink:
 class AlertRouter:
     """Route records to the configured sinks."""
 
-    def __init__(self, sinks: list[Sink], *, post: Callable[[str, Any], None] = post_json) -> None:
+    def __init__(self, sinks: list[AlertSink], *, post: Callable[[str, Any], None] = post_json) -> None:
         self.sinks = sinks
         self.post = post
         self.sent = 0
@@ -68,10 +68,10 @@ class AlertRouter:
         """Sinks for the URLs given, each with its own bucket."""
         sinks = []
         if alertmanager_url:
-            sinks.append(Sink("alertmanager", alertmanager_url, lambda r, _n: [alertmanager_alert(r)],
+            sinks.append(AlertSink("alertmanager", alertmanager_url, lambda r, _n: [alertmanager_alert(r)],
                               TokenBucket(per_minute, burst, clock)))
         if slack_url:
-            sinks.append(Sink("slack", slack_url, lambda r, n: slack_message(r, suppressed=n),
+            sinks.append(AlertSink("slack", slack_url, lambda r, n: slack_message(r, suppressed=n),
                               TokenBucket(per_minute, burst, clock)))
         return cls(sinks)
 

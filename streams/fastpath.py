@@ -10,11 +10,12 @@ messages at once and the processor handles them synchronously.
 Exactly-once (`exactly_once`, the default): the outputs of the fetches of
 one `commit_interval_s`, a snapshot of the detector state after them and
 their input offsets are written in ONE Kafka transaction (so snapshots are
-rate-limited to one per interval, and state and offsets always match). A SIGKILL before the commit aborts all of it (the restarted
-worker fences the old transactional id, restores the last committed
-snapshot and re-reads from the matching offsets); after the commit, all of
-it stands. Downstream consumers read committed only. Without it, outputs are
-acknowledged before offsets are committed (at-least-once, no snapshots).
+rate-limited to one per interval, and state and offsets always match). A
+SIGKILL before the commit aborts all of it (the restarted worker fences the
+old transactional id, restores the last committed snapshot and re-reads
+from the matching offsets); after the commit, all of it stands. Downstream
+consumers read committed only. Without it, outputs are acknowledged before
+offsets are committed (at-least-once, no snapshots).
 
 State is per task (streams.tasks): partition number p of every input
 topic, with its own pipeline, event clock and changelog snapshot. Event
@@ -102,7 +103,8 @@ class BatchLoop:
     async def run(self) -> None:
         """Run until `stop()`."""
         consumer = kafka_io.aio_consumer(self.broker, group_id=self.group_id, max_partition_fetch_bytes=8 << 20,
-                                         fetch_max_bytes=64 << 20, partition_assignment_strategy=(RangePartitionAssignor,))
+                                         fetch_max_bytes=64 << 20,
+                                         partition_assignment_strategy=(RangePartitionAssignor,))
         txn_id = f"{self.group_id}/{self.instance}" if self.exactly_once else None
         producer = kafka_io.aio_producer(self.broker, transactional_id=txn_id)
         await producer.start()
@@ -207,7 +209,8 @@ class BatchLoop:
             task.dirty = True
             if self.metrics is not None:
                 for records in part.values():
-                    self.metrics.observe_batch(records, time.perf_counter() - started, task.processor.pipeline.watermark)
+                    watermark = task.processor.pipeline.watermark
+                    self.metrics.observe_batch(records, time.perf_counter() - started, watermark)
         return outputs
 
     async def _publish(self, producer: AIOKafkaProducer, outputs: list[OutMessage]) -> None:

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -30,7 +30,7 @@ def micro_time(ts: float) -> str:
     >>> micro_time(0.5)
     '1970-01-01T00:00:00.500000Z'
     """
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaseElector:
@@ -49,7 +49,8 @@ class LeaseElector:
         self._stop = threading.Event()
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, api: Any = None, kube: Any = None) -> LeaseElector | None:
+    def from_env(cls, env: Mapping[str, str] | None = None, *, api: Any = None,
+                 kube: Any = None) -> LeaseElector | None:
         """From LEASE_NAME, LEASE_DURATION_S, POD_NAME, POD_NAMESPACE; None when LEASE_NAME is unset.
 
         The API server is reached like the Kubernetes executor reaches it:

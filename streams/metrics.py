@@ -25,7 +25,7 @@ tests) in one process never collide. The HTTP endpoint starts only when asked
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -165,12 +165,6 @@ class WorkerMetrics:
             if end is not None:
                 self.lag.labels(topic=self.topics.logical(topic), partition=str(partition)).set(max(0, end - position))
 
-    def exposition(self) -> bytes:
-        """The text format a Prometheus scrape would return."""
-        from prometheus_client import generate_latest
-
-        return generate_latest(self.registry)
-
     def value(self, name: str, **labels: str) -> float | None:
         """One sample's current value (for tests and the benchmark)."""
         return self.registry.get_sample_value(name, labels)
@@ -201,10 +195,3 @@ def detector_evictions(detectors: Iterable[object]) -> Callable[[], dict[str, in
         return {str(getattr(d, "instance", type(d).__name__)): bounded_evictions(d) for d in dets}
 
     return counts
-
-
-def iter_samples(metrics: WorkerMetrics) -> Iterator[tuple[str, dict[str, str], float]]:
-    """Every sample as (name, labels, value), for printing."""
-    for family in metrics.registry.collect():
-        for sample in family.samples:
-            yield sample.name, dict(sample.labels), float(sample.value)

@@ -21,11 +21,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import heapq
-
-import msgspec
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import msgspec
 
 from detectors.pipeline import DetectionPipeline
 from schemas.codec import Codec, DecodeError

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import pickle
 import zlib
-from dataclasses import dataclass
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec

@@ -13,10 +13,10 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from trainguard import __version__
 from schemas.kafka_config import SecretError
 from schemas.signing import KeyFileError
 from streams.admin import BrokerUnreachable
+from trainguard import __version__
 from trainguard.errors import UsageError
 from trainguard.localkafka.broker import BrokerError
 from trainguard.settings import ConfigError, load_settings

@@ -16,18 +16,14 @@ from typing import Protocol
 
 from schemas.records import ActionCommand, ActionResult
 
-CLUSTER_ACTIONS = frozenset({"evict_node", "cordon_node", "uncordon_node"})
-AGENT_ACTIONS = frozenset({"restart_from_checkpoint", "hot_update", "rollback_code", "dump_stacks", "stop",
-                           "self_check", "replay_regroup", "retry"})
-
 Clock = Callable[[], float]
 
 
 class Executor(Protocol):
-    """Carries out commands of the kinds in `handles`."""
+    """Carries out commands; which kinds reach which executor is the action table's `scope`
+    (schemas/actions.py): the runner sends cluster actions to the cluster executor, the rest to the node one."""
 
     name: str
-    handles: frozenset[str]
 
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
         """Do `command`; `targets` are the nodes expected to act (may be empty)."""

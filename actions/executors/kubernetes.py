@@ -37,7 +37,6 @@ class KubernetesExecutor:
     """Cluster verbs against a Kubernetes API server."""
 
     name = "kubernetes"
-    handles = frozenset({"evict_node", "cordon_node", "uncordon_node"})
 
     def __init__(self, *, api: Any, clock: Clock, sleep: Callable[[float], None] = time.sleep,
                  taint_key: str = "trainguard.io/evicted", pod_label_selector: str = "",

@@ -10,7 +10,7 @@ What `kubectl drain` skips is decided here too.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 CONDITION_TYPE = "TrainguardHealthy"
@@ -23,7 +23,7 @@ def rfc3339(ts: float) -> str:
     >>> rfc3339(0)
     '1970-01-01T00:00:00Z'
     """
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def label_value(text: str) -> str:

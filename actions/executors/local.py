@@ -15,10 +15,9 @@ from typing import Protocol
 
 import msgspec
 
-from actions.executors.base import AGENT_ACTIONS, Clock, invalid_nodes, merge_results, refused
+from actions.executors.base import Clock, invalid_nodes, merge_results, refused
+from schemas.actions import AGENT_TRANSLATION
 from schemas.records import ActionCommand, ActionResult
-
-_TRANSLATE = {"evict_node": "stop", "cordon_node": "stop", "retry": "restart_from_checkpoint"}
 
 
 class CommandBus(Protocol):
@@ -37,7 +36,6 @@ class LocalExecutor:
     """Talks to node agents over a command bus."""
 
     name = "local"
-    handles = AGENT_ACTIONS | frozenset({"evict_node", "cordon_node", "uncordon_node"})
 
     def __init__(self, *, bus: CommandBus, timeout_s: float, clock: Clock) -> None:
         self.bus = bus
@@ -52,8 +50,8 @@ class LocalExecutor:
             return ActionResult(ts=self.clock(), command_id=command.id, action=command.action, status="skipped",
                                 message="nothing to (un)cordon without a cluster scheduler", job=command.job)
         wire = command
-        if command.action in _TRANSLATE:
-            wire = msgspec.structs.replace(command, action=_TRANSLATE[command.action])
+        if command.action in AGENT_TRANSLATION:
+            wire = msgspec.structs.replace(command, action=AGENT_TRANSLATION[command.action])
         wire = self.bus.send(wire)
         results = self.bus.collect(wire.id, nodes=targets, timeout_s=self.timeout_s)
         answered = {r.node for r in results}

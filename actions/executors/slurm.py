@@ -34,7 +34,6 @@ class SlurmExecutor:
     """Cluster verbs through the `scontrol` command line."""
 
     name = "slurm"
-    handles = frozenset({"evict_node", "cordon_node", "uncordon_node"})
 
     def __init__(self, *, clock: Clock, scontrol: str = "scontrol", timeout_s: float = 30.0) -> None:
         self.clock = clock

@@ -40,7 +40,8 @@ def main(spec_path: str, rank_arg: str) -> int:
             detail = STAGES[stage](rank=rank, machine=machine, faults=faults, groups=groups, spec=spec)
             status = "ok"
         except Exception as exc:  # a timed-out or broken collective is a finding, not a crash
-            detail, status = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}, "failed"
+            first_line = str(exc).splitlines()[0] if str(exc) else ""
+            detail, status = {"error": f"{type(exc).__name__}: {first_line}"}, "failed"
         record = {"rank": rank, "machine": machine, "status": status, "elapsed_s": time.monotonic() - started, **detail}
         tmp = out / f"{stage}-{rank}.part"
         tmp.write_text(json.dumps(record))
@@ -78,7 +79,8 @@ def _hang_if(faults: set[str], spec: dict[str, Any], rank: int, first_rank: int)
         time.sleep(float(spec["timeout_s"]) * 4)  # never joins: the peers' collective times out
 
 
-def _all_to_all(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+def _all_to_all(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any],
+                spec: dict[str, Any]) -> dict[str, Any]:
     members = groups["ranks_of"][machine]
     _hang_if(faults, spec, rank, members[0])
     send = [torch.tensor([float(rank * 1000 + peer)]) for peer in members]
@@ -90,7 +92,8 @@ def _all_to_all(*, rank: int, machine: str, faults: set[str], groups: dict[str, 
     return {}
 
 
-def _all_gather(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+def _all_gather(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any],
+                spec: dict[str, Any]) -> dict[str, Any]:
     outcome: dict[str, str] = {}
     for (a, b), group in groups["pairs"]:
         if machine not in (a, b):
@@ -107,11 +110,13 @@ def _all_gather(*, rank: int, machine: str, faults: set[str], groups: dict[str, 
     return {"pairs": outcome}
 
 
-def _bitwise(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+def _bitwise(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any],
+             spec: dict[str, Any]) -> dict[str, Any]:
     return {"digest": digest(reference_step(perturb="bitflip" in faults))}
 
 
-def _replay(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+def _replay(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any],
+            spec: dict[str, Any]) -> dict[str, Any]:
     if rank != groups["ranks_of"][machine][0]:
         return {"group": None}
     for index, members in enumerate(spec["groups"]):

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from schemas.records import AuditEntry, OperatorCommand
 from streams.console import views
-from streams.console.auth import (CSRF_COOKIE, SESSION_COOKIE, Authenticator, Identity, csrf_ok, same_origin)
+from streams.console.auth import CSRF_COOKIE, SESSION_COOKIE, Authenticator, Identity, csrf_ok, same_origin
 from streams.console.feed import ConsoleFeed
 from streams.console.settings import ConsoleSettings
 
@@ -50,7 +50,8 @@ def check_assets(static: Path = STATIC) -> None:
                             "tools/install_web_assets.sh to fetch uPlot from npm)")
 
 
-def create_app(feed: ConsoleFeed, auth: Authenticator, cfg: ConsoleSettings, *, manage_feed: bool = True) -> web.Application:
+def create_app(feed: ConsoleFeed, auth: Authenticator, cfg: ConsoleSettings, *,
+               manage_feed: bool = True) -> web.Application:
     """The application; with `manage_feed` it starts and stops the Kafka feed with itself."""
     check_assets()
     app = web.Application(middlewares=[_guard])
@@ -208,7 +209,7 @@ async def events(request: web.Request) -> web.StreamResponse:
         while True:
             try:
                 event = await asyncio.wait_for(queue.get(), timeout=15.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await resp.write(b": keep-alive\n\n")
                 continue
             await resp.write(b"event: %s\ndata: %s\n\n" % (event["type"].encode(), msgspec.json.encode(event["data"])))
@@ -266,7 +267,8 @@ async def _decision_verb(request: web.Request, verb: str) -> web.StreamResponse:
     return await _send(request, verb, did, str(body.get("reason", "")), {})
 
 
-async def _send(request: web.Request, verb: str, subject: str, reason: str, report: dict[str, Any]) -> web.StreamResponse:
+async def _send(request: web.Request, verb: str, subject: str, reason: str,
+                report: dict[str, Any]) -> web.StreamResponse:
     """Audit the request under the operator's name, then publish the command for act."""
     who: Identity = request[IDENTITY]
     now = time.time()

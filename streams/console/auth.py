@@ -134,7 +134,8 @@ class Authenticator:
         if cookies.get(SESSION_COOKIE):
             return self.by_token(cookies[SESSION_COOKIE], "cookie")
         if self.user_header and headers.get(self.user_header):
-            groups = {g.strip() for g in headers.get(self.groups_header, "").split(",")} if self.groups_header else set()
+            sent = headers.get(self.groups_header, "") if self.groups_header else ""
+            groups = {g.strip() for g in sent.split(",")} if self.groups_header else set()
             role: Role = "operator" if groups & self.operator_groups else "viewer"
             return Identity(headers[self.user_header].strip(), role, "header")
         return None

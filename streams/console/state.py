@@ -22,8 +22,22 @@ from typing import Any
 import msgspec
 
 from actions.ettr import EttrAccount, EttrReport
-from schemas.records import (ActionCommand, ActionResult, Anomaly, AuditEntry, CheckpointEvent, Decision, Heartbeat,
-                             Incident, JobTopology, NodeGpuSample, OperatorCommand, Record, TrainingStep, as_float)
+from schemas.records import (
+    ActionCommand,
+    ActionResult,
+    Anomaly,
+    AuditEntry,
+    CheckpointEvent,
+    Decision,
+    Heartbeat,
+    Incident,
+    JobTopology,
+    NodeGpuSample,
+    OperatorCommand,
+    Record,
+    TrainingStep,
+    as_float,
+)
 
 Event = dict[str, Any]
 _FINAL_EVENTS = {"decision_executed": "executed", "decision_failed": "failed", "decision_blocked": "blocked"}

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from fake_kube_api import FakeKube
 from kafka import KafkaProducer
+from processes import stop_all
 
 from schemas.codec import Codec
 from schemas.records import Incident
@@ -76,10 +77,4 @@ def test_only_the_lease_holder_acts(kafka: str, topic_prefix: str, tmp_path: Pat
             assert kube.leases[("tg", "trainguard-act")]["spec"]["holderIdentity"] == "act-0"
             assert kube.rejected == []
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs, timeout_s=30)

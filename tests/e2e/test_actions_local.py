@@ -27,8 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaConsumer, KafkaProducer
 
 from schemas.codec import Codec
-from schemas.records import (ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, Record,
-                             TrainingStep)
+from schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, Record, TrainingStep
 from schemas.signing import Signer
 from schemas.topics import Topics, key_for
 

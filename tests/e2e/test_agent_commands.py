@@ -25,7 +25,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaConsumer, KafkaProducer
 
 from schemas.codec import Codec
-from schemas.records import ActionCommand, ActionResult, AuditEntry, Heartbeat, LogEvent, Record, StackSample, TrainingStep
+from schemas.records import (
+    ActionCommand,
+    ActionResult,
+    AuditEntry,
+    Heartbeat,
+    LogEvent,
+    Record,
+    StackSample,
+    TrainingStep,
+)
 from schemas.signing import Signer, load_signer
 from schemas.topics import Topics
 

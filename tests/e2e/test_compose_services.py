@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from processes import stop_all
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,10 +107,4 @@ def test_compose_services_run_and_serve_what_prometheus_scrapes(kafka: str, topi
         for p in procs:
             assert p.poll() is None, p.stderr.read() if p.stderr else ""
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs, timeout_s=30)

@@ -26,9 +26,17 @@ from selenium.common.exceptions import NoSuchElementException, StaleElementRefer
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from schemas.records import (ActionCommand, Anomaly, AuditEntry, CheckpointEvent, Incident, JobTopology, Record,
-                             TrainingStep)
 from schemas.codec import Codec
+from schemas.records import (
+    ActionCommand,
+    Anomaly,
+    AuditEntry,
+    CheckpointEvent,
+    Incident,
+    JobTopology,
+    Record,
+    TrainingStep,
+)
 from schemas.topics import Topics, key_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]

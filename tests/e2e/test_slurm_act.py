@@ -15,9 +15,9 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml

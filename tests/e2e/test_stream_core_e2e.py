@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from processes import stop_all
 
 from detectors.pipeline import DetectionPipeline
 from schemas import Codec
@@ -69,13 +70,7 @@ def workers(kafka: str, topic_prefix: str, tmp_path: Path) -> Iterator[dict[str,
         return procs[name]
 
     yield {"start": start, "procs": procs}
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    stop_all(procs.values(), timeout_s=20)
 
 
 def test_two_workers_one_killed_mid_replay_find_what_the_backtest_finds(

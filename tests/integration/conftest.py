@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
+from processes import stop_all
 
 from schemas import Codec, Record
 from schemas.topics import Topics, key_for
@@ -50,13 +51,7 @@ def trainguard_proc(kafka: str, topic_prefix: str, tmp_path: Path) -> Iterator[C
         return proc
 
     yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    stop_all(procs, timeout_s=15)
 
 
 def output_of(proc: subprocess.Popen[str]) -> str:

@@ -10,12 +10,20 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from kafka.errors import MessageSizeTooLargeError
 
 from schemas import Codec
-from schemas.records import DeadLetter, GpuStats, Heartbeat, Incident, JobTopology, NodeGpuSample, TrainingStep, XidEvent
+from schemas.records import (
+    DeadLetter,
+    GpuStats,
+    Heartbeat,
+    Incident,
+    JobTopology,
+    NodeGpuSample,
+    TrainingStep,
+    XidEvent,
+)
 from schemas.topics import Topics, key_for
 from streams import kafka_io
 from streams.admin import ensure_topics

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from processes import stop_all
 
 from detectors.pipeline import DetectionPipeline
 from schemas import Codec
@@ -95,13 +96,7 @@ def workers(kafka: str, topic_prefix: str, tmp_path: Path) -> Iterator[Start]:
         return proc
 
     yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    stop_all(procs, timeout_s=20)
 
 
 def test_a_third_worker_joining_mid_replay_changes_no_incident(

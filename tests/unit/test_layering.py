@@ -61,8 +61,10 @@ def test_pure_packages_import_no_kafka_client(package: str) -> None:
 
 
 def test_only_collector_edges_import_kafka() -> None:
-    users = [p.name for p in _files("collectors") if _imports(p) & KAFKA]
-    assert all(name in {"publisher.py", "command_feed.py", "kafka_io.py", "agent_io.py"} for name in users), users
+    files = _files("collectors")
+    assert len(files) > 10  # the walk found the package
+    users = [p.name for p in files if _imports(p) & KAFKA]
+    assert all(name in {"publisher.py", "command_feed.py"} for name in users), users
 
 
 def test_detectors_never_read_the_wall_clock() -> None:

@@ -32,7 +32,14 @@ from trainguard.checkpoint.layout import Layout, checksum, copy_in, flatten, pla
 from trainguard.checkpoint.peer import BackupServer, PeerChoice, choose_peer, send_backup
 from trainguard.checkpoint.restore import TIERS, Restored, RestoreSources, agree_step, load_state, restore_from
 from trainguard.checkpoint.state import get_state, set_state
-from trainguard.checkpoint.store import Manifest, SlotRing, drop_rank_after, memory_root, read_slot_manifests, write_files
+from trainguard.checkpoint.store import (
+    Manifest,
+    SlotRing,
+    drop_rank_after,
+    memory_root,
+    read_slot_manifests,
+    write_files,
+)
 
 log = logging.getLogger(__name__)
 
@@ -157,16 +164,13 @@ class CheckpointManager:
                     return
             time.sleep(0.005)
 
-    def mark_healthy(self) -> None:
-        """Resume snapshotting after a restore put the state back before the bad step."""
-        self.first_bad_step = None
-
     # ------------------------------------------------------------ restore
 
     def sources(self) -> RestoreSources:
         holder = self.peer.peer if self.peer else None
+        peer_addr = self.addrs.get(holder) if holder is not None else None
         return RestoreSources(job=self.job, rank=self.rank, own_dir=self.own_dir, disk_dir=self.cfg.disk_dir,
-                              durable=self.cfg.durable, peer_addr=self.addrs.get(holder) if holder is not None else None)
+                              durable=self.cfg.durable, peer_addr=peer_addr)
 
     def restore(self, *, step: int | None = None, before: int | None = None, agree: bool = True,
                 tiers: tuple[str, ...] = TIERS) -> Restored | None:
@@ -345,7 +349,8 @@ class CheckpointManager:
             if reply.get("ok"):
                 self._last_done["peer"] = m.step
                 self.stats["peer_sent"] += 1
-                self._announce(m.step, "peer", f"tcp://{addr}", m.checksum, node=self.node_of.get(self.peer.peer, f"rank{self.peer.peer}"))
+                holder_node = self.node_of.get(self.peer.peer, f"rank{self.peer.peer}")
+                self._announce(m.step, "peer", f"tcp://{addr}", m.checksum, node=holder_node)
             else:
                 self.stats["peer_failed"] += 1
                 log.warning("peer backup of step %s to rank %s failed: %s", m.step, self.peer.peer, reply.get("error"))

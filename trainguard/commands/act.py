@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -20,9 +20,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="Consume incidents, decide a recovery plan for each (journaled, so a redelivered "
                        "incident is acted on once), publish the decision and audit entries, and (unless --dry-run) "
                        "execute the plan: node-local steps through the `trainguard run` agents, evictions through "
-                       "the chosen executor, behind the circuit breaker, cooldown and approval rails. Commands are signed "
-                       "with security.act_private_key and results accepted only when signed by their node "
-                       "(security.node_public_keys); without keys only --dry-run starts (docs/security.md).")
+                       "the chosen executor, behind the circuit breaker, cooldown and approval rails. "
+                       "Commands are signed with security.act_private_key and results accepted only when signed "
+                       "by their node (security.node_public_keys); without keys only --dry-run starts "
+                       "(docs/security.md).")
     p.add_argument("--executor", choices=["local", "kubernetes", "slurm"],
                    help="who carries out evictions (default: actions.executor)")
     p.add_argument("--dry-run", action="store_true", help="decide and record, but execute nothing")
@@ -183,7 +184,6 @@ class _Refuse:
     """The executor of a dry run: a planned decision is never executed (dry-run decisions skip the runner)."""
 
     name = "dry-run"
-    handles = frozenset[str]()
 
     def execute(self, command: Any, *, targets: list[str]) -> Any:
         raise RuntimeError("dry run: nothing may be executed")

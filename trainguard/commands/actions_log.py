@@ -22,7 +22,8 @@ from trainguard.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("actions", aliases=["actions-log"], help="show decisions, approve them, reset the circuit breaker",
+    p = sub.add_parser("actions", aliases=["actions-log"],
+                       help="show decisions, approve them, reset the circuit breaker",
                        description="Read and steer the action journal of `trainguard act` (actions.state_dir).")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     log = verbs.add_parser("log", help="recent decisions with their rule, reason and step results")

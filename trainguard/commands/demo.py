@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        "torch.distributed job (gloo, CPU), inject a NaN, a hang, a slow node, a bit flip, an "
                        "XID 79 and a bad hot update one after another, and show how each is detected, decided "
                        "and recovered; end with the ETTR and a timeline PNG.")
-    p.add_argument("--out", type=Path, default=Path(".trainguard/demo"), help="run directory root (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=Path(".trainguard/demo"),
+                   help="run directory root (default: %(default)s)")
     p.add_argument("--short", action="store_true", help="fewer healthy steps between faults (as the e2e test)")
     p.add_argument("--faults", metavar="KINDS",
                    help="comma-separated subset, in order, of: nan,hang,slow,bitflip,xid79,bad_code (default: all)")

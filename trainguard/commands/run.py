@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 
+from schemas.actions import AGENT_VERBS
 from trainguard.settings import Settings
 
 
@@ -16,10 +17,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="supervise a training command on this node (the on-node agent)",
                        description="Start CMD, tee and parse its output into log events, publish its exit code, "
                        "and carry out signed process-level commands for this job/node from the actions topic "
-                       "(restart_from_checkpoint, hot_update, rollback_code, dump_stacks, stop, self_check, "
-                       "replay_regroup), publishing an action result for each, signed with this node's key "
-                       "(security.node_private_key); commands must verify with security.act_public_keys. Executed command ids are kept "
-                       "in collectors.agent.state_dir, so a replayed command never runs twice.",
+                       f"({', '.join(sorted(AGENT_VERBS))}), publishing an action result for each, "
+                       "signed with this node's key (security.node_private_key); commands must verify with "
+                       "security.act_public_keys. Executed command ids are kept in collectors.agent.state_dir, "
+                       "so a replayed command never runs twice.",
                        usage="trainguard run [--job JOB] [--node NODE] -- CMD [ARG ...]")
     p.add_argument("--job", default=os.environ.get("TRAINGUARD_JOB", ""),
                    help="job name (default: $TRAINGUARD_JOB)")

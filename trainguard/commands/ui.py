@@ -48,9 +48,9 @@ class _Refused(RuntimeError):
 
 async def _serve(settings: Settings, cfg: object, timeout: float | None) -> int:
     from aiohttp import web
+    from aiokafka.errors import KafkaError
     from kafka.errors import KafkaError as SyncKafkaError
 
-    from aiokafka.errors import KafkaError
     from schemas.topics import Topics
     from streams.admin import ensure_configured_topics
     from streams.console.app import AssetsMissing, create_app
@@ -98,7 +98,7 @@ async def _serve(settings: Settings, cfg: object, timeout: float | None) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await asyncio.wait_for(stop.wait(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
     await runner.cleanup()
     return 0

@@ -23,6 +23,7 @@ import yaml
 from kafka import KafkaProducer
 
 from schemas.codec import Codec
+from schemas.kafka_config import client_options
 from schemas.records import (
     ActionCommand,
     ActionResult,
@@ -34,7 +35,6 @@ from schemas.records import (
     TrainingStep,
     XidEvent,
 )
-from schemas.kafka_config import client_options
 from schemas.signing import Signer, generate, load_signer, new_command_id
 from schemas.topics import Topics, key_for
 from trainguard.demo.faults import Fault, FaultBoard
@@ -88,7 +88,7 @@ class DemoRunner:
     """Runs one `DemoScenario` against the broker in `settings`."""
 
     def __init__(self, scenario: DemoScenario, settings: Settings, run_dir: Path,
-                 say: "Reporter", *, console_port: int | None = None, hold_s: float = 0.0) -> None:
+                 say: Reporter, *, console_port: int | None = None, hold_s: float = 0.0) -> None:
         self.sc = scenario
         self.console_port = console_port  # None: no operator console
         self.hold_s = hold_s  # keep the stack (and console) up this long after the faults

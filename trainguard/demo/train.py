@@ -62,7 +62,7 @@ def batch(step: int, rank: int, code_version: str, size: int = 64) -> tuple[torc
 def main() -> None:
     args = _args()
     _init_distributed(args)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     node = os.environ.get("NODE_NAME", "node")
     code_version = os.environ.get("TRAINGUARD_CODE_VERSION", "v1")
     torch.manual_seed(0)
@@ -72,10 +72,11 @@ def main() -> None:
                                          flops_per_token=6.0 * sum(p.numel() for p in model.parameters()),
                                          peak_flops=5e9)
     ram = _ram(args)  # this "machine's" memory and disk
-    ckpt = CheckpointManager(job=args.job, model=model, optimizer=opt, node=node, publisher=monitor, config=CheckpointConfig(
+    tiers = CheckpointConfig(
         memory_dir=str(ram / "mem"), memory_slots=3, disk_dir=str(ram / "disk"), disk_every=5, disk_keep=40,
         durable=str(Path(args.ckpt_dir) / "tiered"), durable_every=args.ckpt_every,
-        durable_keep=1_000_000))  # like the job's own checkpoints: a late restart to an old step finds it
+        durable_keep=1_000_000)  # like the job's own checkpoints: a late restart to an old step finds it
+    ckpt = CheckpointManager(job=args.job, model=model, optimizer=opt, node=node, publisher=monitor, config=tiers)
     start = _resume(model, opt, ckpt)
     ckpt.forget_after(start)  # copies of later steps belong to a timeline this run abandons
     monitor.current_step = start

@@ -138,7 +138,8 @@ class LocalBroker:
             return
         mvn = shutil.which("mvn")
         if mvn is None:
-            raise BrokerError("Maven ('mvn') is needed once to fetch the Kafka jars; install it (apt-get install maven)")
+            raise BrokerError("Maven ('mvn') is needed once to fetch the Kafka jars; "
+                              "install it (apt-get install maven)")
         pom = Path(str(files("trainguard.localkafka").joinpath("pom.xml")))
         lib.mkdir(parents=True, exist_ok=True)
         cmd = [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",

@@ -16,13 +16,12 @@ import math
 import random
 from collections.abc import Iterator
 
-from schemas.records import (CheckpointEvent, Heartbeat, JobTopology, LogEvent, PhaseChange, Record, StackSample)
+from schemas.records import CheckpointEvent, Heartbeat, JobTopology, LogEvent, PhaseChange, Record, StackSample
 from trainguard.simulate.hardware import NodeHardware
 from trainguard.simulate.plan import Fault, Layout
 from trainguard.simulate.scenario import Scenario
 from trainguard.simulate.steps import StepModel
-from trainguard.simulate.texts import (BENIGN_LOGS, CRASH_LOGS, CULPRIT_STACKS, HEALTHY_STACKS, TRACEBACKS,
-                                       WAITING_STACK)
+from trainguard.simulate.texts import BENIGN_LOGS, CRASH_LOGS, CULPRIT_STACKS, HEALTHY_STACKS, TRACEBACKS, WAITING_STACK
 
 DAY_S = 86_400.0
 HANG_STACK_DELAY_S = 30.0
@@ -174,7 +173,6 @@ class Simulation:
 
     def _handle_stop(self, f: Fault, phase: str) -> float:
         """Play a job-stopping fault out; return when training resumes."""
-        job = self.job.name
         if f.kind == "restart":  # a preemption or planned update: no fault, a new attempt
             self._log(f.start, 0, "INFO", "torchelastic", "process exited with code -15", "exit", exit_code=-15)
             return self._crash_and_restart(f.start + 0.5, f.start + self.rng.uniform(20.0, 90.0))

@@ -24,7 +24,8 @@ XID_TEXT = {13: "Graphics Engine Exception", 31: "GPU memory page fault", 43: "G
             119: "GSP RPC timeout", 120: "GSP Error", 140: "Unrecovered ECC Error"}
 # mode -> (GPU utilisation %, RDMA bits/s per port)
 MODE_LOAD = {"training": (97.0, 2.4e10), "checkpointing": (6.0, 6e8), "eval": (70.0, 3e9),
-             "hung": (100.0, 2e4), "hung_idle": (0.0, 2e4), "down": (0.0, 1e3), "init": (12.0, 1e8), "stopped": (0.0, 1e3)}
+             "hung": (100.0, 2e4), "hung_idle": (0.0, 2e4), "down": (0.0, 1e3), "init": (12.0, 1e8),
+             "stopped": (0.0, 1e3)}
 
 
 class NodeHardware:

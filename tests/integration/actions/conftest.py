@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from fake_kube_api import FakeKube, pod
 
 

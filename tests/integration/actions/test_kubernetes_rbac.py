@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from helmchart import render
-
 from kubernetes import client
 
 from actions.executors.kubernetes import KubernetesExecutor

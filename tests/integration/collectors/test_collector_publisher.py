@@ -6,11 +6,10 @@ second broker (`LocalBroker` on free ports, jars shared) and stop/start it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import socket
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 

@@ -58,7 +58,7 @@ class Authority:
 
     def __init__(self, cn: str = "trainguard-test-ca") -> None:
         self.key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self.cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn))
                      .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
                      .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -72,7 +72,7 @@ class Authority:
     def issue(self, cn: str, *, server: bool) -> tuple[bytes, bytes]:
         """(certificate PEM, private key PEM) for `cn`; a server certificate names 127.0.0.1 and localhost."""
         key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(self.cert.subject)
                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
                    .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -181,7 +181,7 @@ def start(root: Path, authority: Authority, lib_dir: Path) -> SecureBroker:
     secure = SecureBroker(root=root, sasl_ssl=f"127.0.0.1:{sasl_port}", ssl=f"127.0.0.1:{ssl_port}",
                           internal=f"127.0.0.1:{internal_port}", ca_file=ca_file, broker=broker)
     scram = [f"SCRAM-SHA-512=[iterations=4096,password={p}]" for u, p in USERS.items() if u != "scram256"]
-    for (user, password), config in zip([(u, p) for u, p in USERS.items() if u != "scram256"], scram):
+    for (user, _password), config in zip([(u, p) for u, p in USERS.items() if u != "scram256"], scram):
         secure.kafka_configs("--alter", "--add-config", config, "--entity-type", "users", "--entity-name", user)
     secure.kafka_configs("--alter", "--add-config", f"SCRAM-SHA-256=[iterations=4096,password={USERS['scram256']}]",
                          "--entity-type", "users", "--entity-name", "scram256")

@@ -60,9 +60,9 @@ def test_checkpoint_registry_invalidation_and_code_versions() -> None:
     reg.observe(CheckpointEvent(ts=1.0, job="j", step=10, path="/10", code_version="v1"))
     reg.observe(CheckpointEvent(ts=2.0, job="j", step=20, path="/20", code_version="v2"))
     reg.observe(CheckpointEvent(ts=3.0, job="j", step=30, path="/30", status="started"))
-    assert reg.latest_valid("j").step == 20  # type: ignore[union-attr]
+    assert reg.latest("j").step == 20  # type: ignore[union-attr]
     reg.observe(CheckpointEvent(ts=4.0, job="j", step=20, path="/20", status="invalid"))
-    assert reg.latest_valid("j").step == 10  # type: ignore[union-attr]
+    assert reg.latest("j").step == 10  # type: ignore[union-attr]
     assert reg.latest_before("j", ts=0.5) is None
     assert reg.latest_with_code("j", exclude="v1") is None
     assert reg.latest_with_code("j", exclude="v3").code_version == "v1"  # type: ignore[union-attr]

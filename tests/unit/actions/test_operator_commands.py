@@ -20,7 +20,6 @@ from trainguard.cli import main
 
 class Ok:
     name = "ok"
-    handles = frozenset({"*"})
 
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
         return ActionResult(ts=1.0, command_id=command.id, action=command.action, status="ok", job=command.job)

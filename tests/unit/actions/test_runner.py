@@ -16,12 +16,12 @@ from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
 from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology, Record
+
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
 
 
 class Recorder:
     name = "recorder"
-    handles = frozenset({"*"})
 
     def __init__(self, replies: dict[str, dict[str, Any]] | None = None, fail_on: str = "") -> None:
         self.calls: list[tuple[ActionCommand, list[str]]] = []

@@ -14,7 +14,7 @@ from trainguard.checkpoint.restore import RestoreSources, restore_from
 from trainguard.checkpoint.store import Manifest, read_slot_manifests
 
 
-class Sink:
+class ListSink:
     def __init__(self) -> None:
         self.records: list[object] = []
 
@@ -31,11 +31,11 @@ def _train(model: nn.Module, opt: torch.optim.Optimizer, step: int) -> float:
     return float(loss.item())
 
 
-def _manager(tmp: Path, **cfg: object) -> tuple[CheckpointManager, nn.Module, torch.optim.Optimizer, Sink]:
+def _manager(tmp: Path, **cfg: object) -> tuple[CheckpointManager, nn.Module, torch.optim.Optimizer, ListSink]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 1))
     opt = torch.optim.Adam(model.parameters())
-    sink = Sink()
+    sink = ListSink()
     config = CheckpointConfig(memory_dir=str(tmp / "mem"), **cfg)  # type: ignore[arg-type]
     return CheckpointManager(job="j", model=model, optimizer=opt, config=config, rank=0, world_size=1,
                              publisher=sink), model, opt, sink

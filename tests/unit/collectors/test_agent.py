@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from list_sink import ListSink
 
 from collectors.agent import Agent
-from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, Record
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from schemas.codec import Codec
+from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent
 from schemas.signing import KeyRing, Received, Signer
 
 ACT = Signer("act", Ed25519PrivateKey.generate())
@@ -27,13 +27,6 @@ EVIL = Signer("act", Ed25519PrivateKey.generate())  # claims act's key id, holds
 RING = KeyRing({"act": ACT.private_key.public_key()})
 SLEEPER = [sys.executable, "-c", "import time, os; print('pid', os.getpid(), flush=True); time.sleep(60)"]
 
-
-class ListSink:
-    def __init__(self) -> None:
-        self.records: list[Record] = []
-
-    def publish(self, record: Record) -> None:
-        self.records.append(record)
 
 
 @pytest.fixture

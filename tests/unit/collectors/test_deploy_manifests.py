@@ -8,7 +8,6 @@ from typing import Any
 import yaml
 from kubernetes.client import ApiClient
 
-
 DEPLOY = Path(__file__).parents[3] / "deploy"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from list_sink import ListSink
 
 from collectors.metrics import CollectorMetrics
 from collectors.node import NodeLoop, Scheduled
@@ -24,16 +25,6 @@ def test_coordinates_cover_every_rank_once() -> None:
     with pytest.raises(ValueError, match="not divisible"):
         coordinates(0, world_size=6, tp=4)
 
-
-class ListSink:
-    def __init__(self) -> None:
-        self.records: list[Record] = []
-
-    def publish(self, record: Record) -> None:
-        self.records.append(record)
-
-    def stats(self) -> dict[str, int]:
-        return {"spooled": 0}
 
 
 class Broken:

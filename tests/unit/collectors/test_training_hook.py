@@ -7,29 +7,10 @@ import threading
 import time
 
 import torch
+from list_sink import ListSink
 
 from collectors.training_hook import TrainingMonitor, param_checksum
-from schemas.records import CheckpointEvent, Heartbeat, JobTopology, PhaseChange, Record, TrainingStep
-
-
-class ListSink:
-    """Collects published records (thread-safe: the heartbeat thread publishes too)."""
-
-    def __init__(self) -> None:
-        self.records: list[Record] = []
-        self._lock = threading.Lock()
-
-    def publish(self, record: Record) -> None:
-        with self._lock:
-            self.records.append(record)
-
-    def close(self, timeout_s: float = 10.0) -> bool:
-        return True
-
-    def of(self, kind: type) -> list:  # type: ignore[type-arg]
-        with self._lock:
-            return [r for r in self.records if isinstance(r, kind)]
-
+from schemas.records import CheckpointEvent, Heartbeat, JobTopology, PhaseChange, TrainingStep
 
 ENV = {"RANK": "2", "WORLD_SIZE": "4", "NODE_NAME": "gpu-3", "TRAINGUARD_ATTEMPT": "2",
        "TRAINGUARD_CODE_VERSION": "v7"}

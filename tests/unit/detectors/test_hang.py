@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from detector_fleet import Fleet
-
+from detectors.checks import feed
 from detectors.hang import HangDetector
-from schemas.records import (Anomaly, CheckpointEvent, GpuStats, Heartbeat, NodeGpuSample, PhaseChange, RdmaPort,
-                             RdmaSample, Record)
-
-
-def feed(d: HangDetector, records: list[Record]) -> list[Anomaly]:
-    out: list[Anomaly] = []
-    for r in records:
-        out += d.observe(r)
-        out += d.tick(r.ts)
-    return out
+from detectors.synthetic import Fleet
+from schemas.records import (
+    Anomaly,
+    CheckpointEvent,
+    GpuStats,
+    Heartbeat,
+    NodeGpuSample,
+    PhaseChange,
+    RdmaPort,
+    RdmaSample,
+    Record,
+)
 
 
 def test_fires_within_budget_and_localises_with_stacks() -> None:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
-import pickle
 import pytest
-from detector_fleet import Fleet
 
 from detectors.health_model import FEATURES, HealthModel, NodeFeatures, train
 from detectors.node_health import NodeHealthDetector
+from detectors.synthetic import Fleet
 from schemas.records import GpuStats, NodeGpuSample
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from detector_fleet import Fleet
 
 from detectors.pipeline import DetectionPipeline
 from detectors.registry import build
 from detectors.settings import DEFAULT_TYPES, DetectorSettings
 from detectors.slowdown import SlowdownDetector
+from detectors.synthetic import Fleet
 from trainguard.cli import main
 from trainguard.settings import load_settings
 

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import pytest
-from detector_fleet import Fleet
 
+from detectors.checks import observe_all
 from detectors.peers import GpuSlowSignals, StragglerTracker
 from detectors.slowdown import SlowdownDetector
-from schemas.records import Anomaly, GpuStats, NodeGpuSample, Record, TrainingStep
-
-
-def feed(d: SlowdownDetector, records: list[Record]) -> list[Anomaly]:
-    return [a for r in records for a in d.observe(r)]
+from detectors.synthetic import Fleet
+from schemas.records import GpuStats, NodeGpuSample, TrainingStep
 
 
 @pytest.mark.parametrize("step_s,factor", [(1.0, 1.12), (2.0, 1.3), (6.0, 1.15), (20.0, 1.5)])
 def test_straggler_found_within_two_minutes_and_localised(step_s: float, factor: float) -> None:
     f, d = Fleet(step_s=step_s, seed=int(step_s)), SlowdownDetector()
-    assert feed(d, f.steps(max(40, int(600 / step_s)))) == []
+    assert observe_all(d, f.steps(max(40, int(600 / step_s)))) == []
     f.slow = {13: factor}
     start = f.ts
-    out = feed(d, f.steps(max(30, int(240 / step_s))))
+    out = observe_all(d, f.steps(max(30, int(240 / step_s))))
     assert len(out) == 1
     assert out[0].kind == "slowdown" and out[0].nodes == ["node-03"] and out[0].ranks == [13]
     assert out[0].ts - start <= 120.0
@@ -28,26 +25,26 @@ def test_straggler_found_within_two_minutes_and_localised(step_s: float, factor:
 
 def test_no_alarm_on_noise_or_a_checkpoint_step() -> None:
     f, d = Fleet(noise=0.05, seed=9), SlowdownDetector()
-    out = feed(d, f.steps(300))
-    out += feed(d, f.steps(1, bad={r: {"step_time_s": 60.0} for r in range(f.world)}))
-    out += feed(d, f.steps(100))
+    out = observe_all(d, f.steps(300))
+    out += observe_all(d, f.steps(1, bad={r: {"step_time_s": 60.0} for r in range(f.world)}))
+    out += observe_all(d, f.steps(100))
     assert out == []
 
 
 def test_systemic_slowdown_is_reported_without_blaming_a_node() -> None:
     f, d = Fleet(seed=2), SlowdownDetector()
-    feed(d, f.steps(100))
+    observe_all(d, f.steps(100))
     f.slow = {r: 1.3 for r in range(f.world)}
-    out = feed(d, f.steps(60))
+    out = observe_all(d, f.steps(60))
     assert len(out) == 1 and out[0].nodes == [] and out[0].evidence["localised_by"] == "none"
 
 
 def test_gpu_signals_localise_when_compute_time_is_missing() -> None:
     f, d = Fleet(seed=4), SlowdownDetector()
     no_compute = {r: {"compute_time_s": None} for r in range(f.world)}
-    feed(d, f.steps(100, bad=no_compute))
+    observe_all(d, f.steps(100, bad=no_compute))
     f.slow, f.hot = {9: 1.3}, {2: {"throttle_reasons": 0x40, "temp_c": 92.0}}
-    out = feed(d, f.steps(60, bad=no_compute))
+    out = observe_all(d, f.steps(60, bad=no_compute))
     assert len(out) == 1 and out[0].nodes == ["node-02"] and out[0].evidence["localised_by"] == "gpu_signals"
 
 

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.fleetsim.params import DEFAULT_MIX, JobParams, ParamError, SimParams, TrainguardCosts, with_measured_latencies
+from trainguard.fleetsim.params import (
+    DEFAULT_MIX,
+    JobParams,
+    ParamError,
+    SimParams,
+    TrainguardCosts,
+    with_measured_latencies,
+)
 
 
 def test_default_mix_sums_to_one_and_keeps_byterobust_figures() -> None:

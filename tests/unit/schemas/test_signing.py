@@ -10,8 +10,15 @@ import pytest
 from schemas.codec import Codec
 from schemas.keys import SecuritySettings
 from schemas.records import ActionCommand, ActionResult
-from schemas.signing import (KeyFileError, command_problem, generate, load_ring, load_signer, new_command_id,
-                             signed_by_node)
+from schemas.signing import (
+    KeyFileError,
+    command_problem,
+    generate,
+    load_ring,
+    load_signer,
+    new_command_id,
+    signed_by_node,
+)
 
 
 def test_generated_keys_sign_and_verify_and_private_key_is_private(tmp_path: Path) -> None:

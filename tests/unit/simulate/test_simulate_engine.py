@@ -7,8 +7,19 @@ from typing import Any
 
 import pytest
 
-from schemas.records import (CheckpointEvent, Heartbeat, JobTopology, LogEvent, NodeGpuSample, PhaseChange,
-                             RdmaSample, Record, StackSample, TrainingStep, as_float)
+from schemas.records import (
+    CheckpointEvent,
+    Heartbeat,
+    JobTopology,
+    LogEvent,
+    NodeGpuSample,
+    PhaseChange,
+    RdmaSample,
+    Record,
+    StackSample,
+    TrainingStep,
+    as_float,
+)
 from trainguard.simulate import run_scenario
 from trainguard.simulate.scenario import parse_scenario
 

@@ -9,8 +9,16 @@ from typing import Any
 
 import pytest
 
-from schemas.records import (CheckpointEvent, LogEvent, NodeGpuSample, PhaseChange, RdmaSample, Record,
-                             TrainingStep, as_float)
+from schemas.records import (
+    CheckpointEvent,
+    LogEvent,
+    NodeGpuSample,
+    PhaseChange,
+    RdmaSample,
+    Record,
+    TrainingStep,
+    as_float,
+)
 from trainguard.simulate import run_scenario
 from trainguard.simulate.scenario import ScenarioError, parse_scenario
 

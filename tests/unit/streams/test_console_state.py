@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from schemas.records import (ActionCommand, ActionResult, Anomaly, AuditEntry, CheckpointEvent, Decision, Incident,
-                             JobTopology, PlannedAction, TrainingStep)
+from schemas.records import (
+    ActionCommand,
+    ActionResult,
+    Anomaly,
+    AuditEntry,
+    CheckpointEvent,
+    Decision,
+    Incident,
+    JobTopology,
+    PlannedAction,
+    TrainingStep,
+)
 from streams.console import views
 from streams.console.state import ConsoleState
 

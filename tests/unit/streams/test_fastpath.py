@@ -10,10 +10,10 @@ from schemas.codec import decode, encode
 from schemas.records import NodeGpuSample, TrainingStep
 from schemas.topics import Topics
 from streams.fastpath import BatchLoop
-from trainguard.settings import BrokerSettings
 from streams.metrics import WorkerMetrics
 from streams.tasks import NodeJobTable, TaskFactory, partition_of
 from streams.watermark import EventClock
+from trainguard.settings import BrokerSettings
 
 TOPICS = Topics("u.")
 

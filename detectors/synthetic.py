@@ -1,4 +1,7 @@
-"""Fault-injection helpers for detector tests: a tiny deterministic fleet.
+"""A tiny deterministic fleet with injected faults, for checking detectors.
+
+It ships with the package (not under tests/) because `detectors.checks` feeds
+its `mixed_stream` to every detector, plug-ins included, in their own CI.
 
 `Fleet` writes the records a small synchronous job would produce (steps on
 every rank, heartbeats, GPU and RDMA samples), and each `inject_*` helper
@@ -11,8 +14,19 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from schemas.records import (GpuStats, Heartbeat, LogEvent, NodeGpuSample, PhaseChange, RdmaPort, RdmaSample,
-                             Record, StackSample, TrainingStep, XidEvent)
+from schemas.records import (
+    GpuStats,
+    Heartbeat,
+    LogEvent,
+    NodeGpuSample,
+    PhaseChange,
+    RdmaPort,
+    RdmaSample,
+    Record,
+    StackSample,
+    TrainingStep,
+    XidEvent,
+)
 
 
 @dataclass

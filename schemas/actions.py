@@ -1,0 +1,86 @@
+"""The action vocabulary: every action a decision can plan, and how each one is carried out.
+
+One table instead of sets scattered over the engine, runner, executors and the
+node agent, so adding an action means adding one row here:
+
+* `scope` says who acts: the cluster scheduler (`cluster`: Kubernetes, Slurm),
+  the `trainguard run` agents (`agent`), or the plan runner itself (`runner`:
+  swapping in a standby, escalating, doing nothing).
+* `stops_plan_on_failure`: a failed or refused step of this kind ends the plan
+  (a restart after a failed eviction would land on the same bad machine).
+* `agent_verb`: what an agent is asked to do when the local executor carries
+  the action out (`evict_node` there means stopping the node's process);
+  empty when no agent acts.
+* `restarts_job`: the step restarts training, so it carries the evicted nodes,
+  standby swaps and a new attempt number.
+* `removes_node`: the step takes machines out of the job, so the safety rails
+  (cool-down, circuit breaker) must allow it and record it.
+* `diagnoses`: a stop-time diagnosis; one agent (on the first named machine)
+  coordinates it for all the machines named, and ETTR counts its time as
+  localisation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ActionName = Literal[
+    "evict_node",
+    "cordon_node",
+    "uncordon_node",
+    "swap_standby",
+    "restart_from_checkpoint",
+    "hot_update",
+    "rollback_code",
+    "retry",
+    "dump_stacks",
+    "self_check",
+    "replay_regroup",
+    "stop",
+    "escalate",
+    "none",
+]
+Scope = Literal["cluster", "agent", "runner"]
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One row of the vocabulary (see the module docstring for each column)."""
+
+    scope: Scope
+    stops_plan_on_failure: bool = False
+    agent_verb: str = ""
+    restarts_job: bool = False
+    removes_node: bool = False
+    diagnoses: bool = False
+
+
+ACTIONS: dict[ActionName, ActionSpec] = {
+    "evict_node": ActionSpec("cluster", stops_plan_on_failure=True, agent_verb="stop", removes_node=True),
+    "cordon_node": ActionSpec("cluster", agent_verb="stop", removes_node=True),
+    "uncordon_node": ActionSpec("cluster"),
+    "swap_standby": ActionSpec("runner"),
+    "restart_from_checkpoint": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="restart_from_checkpoint",
+                                          restarts_job=True),
+    "hot_update": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="hot_update", restarts_job=True),
+    "rollback_code": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="rollback_code", restarts_job=True),
+    "retry": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="restart_from_checkpoint", restarts_job=True),
+    "dump_stacks": ActionSpec("agent", agent_verb="dump_stacks"),
+    "self_check": ActionSpec("agent", agent_verb="self_check", diagnoses=True),
+    "replay_regroup": ActionSpec("agent", agent_verb="replay_regroup", diagnoses=True),
+    "stop": ActionSpec("agent", agent_verb="stop"),
+    "escalate": ActionSpec("runner"),
+    "none": ActionSpec("runner"),
+}
+
+CLUSTER_ACTIONS = frozenset(name for name, spec in ACTIONS.items() if spec.scope == "cluster")
+AGENT_ACTIONS = frozenset(name for name, spec in ACTIONS.items() if spec.scope == "agent")
+STOP_PLAN_ON_FAILURE = frozenset(name for name, spec in ACTIONS.items() if spec.stops_plan_on_failure)
+RESTARTS_JOB = frozenset(name for name, spec in ACTIONS.items() if spec.restarts_job)
+REMOVES_NODE = frozenset(name for name, spec in ACTIONS.items() if spec.removes_node)
+DIAGNOSES = frozenset(name for name, spec in ACTIONS.items() if spec.diagnoses)
+# What the agents themselves execute, and how the local executor renames an action for them.
+AGENT_VERBS = frozenset(spec.agent_verb for spec in ACTIONS.values() if spec.agent_verb)
+AGENT_TRANSLATION = {name: spec.agent_verb for name, spec in ACTIONS.items()
+                     if spec.agent_verb and spec.agent_verb != name}

@@ -1,0 +1,20 @@
+"""Stopping the background processes a test started: politely first, then for sure."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable
+from typing import Any
+
+
+def stop_all(procs: Iterable[subprocess.Popen[Any]], *, timeout_s: float) -> None:
+    """SIGTERM every process still running, wait up to `timeout_s` for each, SIGKILL the ones that hang on."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()

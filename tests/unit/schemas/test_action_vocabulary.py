@@ -1,0 +1,48 @@
+"""The action vocabulary table: one row per action name, and the sets the runner, executors and agents use."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import msgspec
+import pytest
+
+from schemas.actions import (
+    ACTIONS,
+    AGENT_ACTIONS,
+    AGENT_TRANSLATION,
+    AGENT_VERBS,
+    CLUSTER_ACTIONS,
+    DIAGNOSES,
+    REMOVES_NODE,
+    RESTARTS_JOB,
+    STOP_PLAN_ON_FAILURE,
+    ActionName,
+)
+from schemas.records import PlannedAction
+
+
+def test_every_action_name_has_exactly_one_row() -> None:
+    assert list(ACTIONS) == list(get_args(ActionName))
+
+
+def test_the_sets_read_off_the_table() -> None:
+    assert CLUSTER_ACTIONS == {"evict_node", "cordon_node", "uncordon_node"}
+    assert AGENT_ACTIONS == {"restart_from_checkpoint", "hot_update", "rollback_code", "dump_stacks", "stop",
+                             "self_check", "replay_regroup", "retry"}
+    assert AGENT_VERBS == AGENT_ACTIONS - {"retry"}  # retry reaches the agents as a restart
+    assert AGENT_TRANSLATION == {"evict_node": "stop", "cordon_node": "stop", "retry": "restart_from_checkpoint"}
+    assert STOP_PLAN_ON_FAILURE == {"evict_node", "restart_from_checkpoint", "rollback_code", "hot_update", "retry"}
+    assert RESTARTS_JOB == {"restart_from_checkpoint", "retry", "rollback_code", "hot_update"}
+    assert REMOVES_NODE == {"evict_node", "cordon_node"}
+    assert DIAGNOSES == {"self_check", "replay_regroup"}
+
+
+def test_every_agent_verb_is_itself_an_agent_action() -> None:
+    assert AGENT_VERBS <= AGENT_ACTIONS
+
+
+def test_records_accept_only_names_from_the_table() -> None:
+    assert msgspec.convert({"action": "evict_node"}, PlannedAction).action == "evict_node"
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"action": "reboot_everything"}, PlannedAction)
