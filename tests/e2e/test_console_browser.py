@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
