@@ -87,10 +87,11 @@ class LogParser:
         line = _KMSG_PREFIX.sub("", line.rstrip("\r\n"))
         rank = None
         match = _RANK_PREFIX.match(line)
-        if match:
-            rank, line = int(match.group(1)), line[match.end():]
+        while match:  # nested launchers prefix twice: "[rank1]: [rank2]: Traceback ..." (the outer one names us)
+            rank, line = int(match.group(1)) if rank is None else rank, line[match.end():]
             if (len(line) - len(line.lstrip(" "))) % 2:
                 line = line[1:]  # "[rank1]: " with a separator space (some versions); Python indents in pairs
+            match = _RANK_PREFIX.match(line)
         if self._summary is not None:
             return self._summary_line(line, ts)
         if self._pending is not None:

@@ -92,3 +92,12 @@ def test_kernel_log_absent_is_tolerated_and_reported_once(tmp_path: Path) -> Non
     kmsg = KernelLog(tmp_path / "no-kmsg", warn=warnings.append)
     assert kmsg.read_lines() == [] and kmsg.read_lines() == []
     assert len(warnings) == 1 and "unreadable" in warnings[0]
+def test_a_doubly_prefixed_traceback_is_one_event_of_the_outer_rank() -> None:
+    """torch's excepthook prefixes `[rankN]:` inside a launcher that prefixes again (seen in the demo)."""
+    p = LogParser(node="n", source="stderr")
+    lines = ["[rank1]: [rank2]: Traceback (most recent call last):",
+             '[rank1]: [rank2]:   File "train.py", line 98, in main',
+             "[rank1]: [rank2]:     loss = model(x)",
+             "[rank1]: [rank2]: RuntimeError: addmm: mat1 and mat2 shapes cannot be multiplied (64x63 and 64x256)"]
+    events = [e for i, line in enumerate(lines) for e in p.feed(line, float(i))] + p.flush()
+    assert [(e.category, e.rank, e.message.split(":")[0]) for e in events] == [("traceback", 1, "RuntimeError")]
