@@ -93,6 +93,7 @@ class NanDetector(Detector):
         self._pending: Bounded[str, _First] = Bounded(max_jobs)
         self._world: Bounded[str, Bounded[int, None]] = Bounded(max_jobs)  # job -> ranks seen reporting steps
         self._recent: Bounded[str, dict[int, set[int]]] = Bounded(max_jobs)  # job -> {step: ranks}, last 2 steps
+        self._attempts: Bounded[str, int] = Bounded(max_jobs)  # job -> newest attempt (restart generation) seen
 
     def observe(self, record: Record) -> list[Anomaly]:
         if not isinstance(record, TrainingStep):
@@ -101,6 +102,8 @@ class NanDetector(Detector):
         if ranks is None:
             self._world[record.job] = ranks = rank_map()
         ranks[record.rank] = None
+        if record.attempt > self._attempts.get(record.job, -1):
+            self._attempts[record.job] = record.attempt
         self._note(record)
         if self._pending:  # any job's steps move event time on: report what has settled
             due = self._due(record)
@@ -114,6 +117,8 @@ class NanDetector(Detector):
         bad = _nonfinite_fields(record)
         if not bad:
             return self._healthy(record)
+        if record.attempt < self._attempts.get(record.job, record.attempt):
+            return []  # a late record of a run already restarted: its NaN was handled (or is moot)
         episode = self._open.get(record.job)
         if episode is not None and episode[0] >= record.attempt:
             return []
