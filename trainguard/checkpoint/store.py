@@ -251,5 +251,8 @@ def _remove(root: str, job: str, rank: int, steps: list[int]) -> None:
                 fs.rm(target) if fs else Path(target).unlink(missing_ok=True)
             except (OSError, FileNotFoundError):
                 pass
-        if fs is None and Path(path).is_dir() and not any(Path(path).iterdir()):
-            shutil.rmtree(path, ignore_errors=True)
+        try:  # another rank may empty and remove the same step's directory at the same moment
+            if fs is None and not any(Path(path).iterdir()):
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
