@@ -18,7 +18,7 @@ $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 
 $(STAMP): pyproject.toml $(PY)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[train,test]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[train,test,lab]'
 	if [ -d tests/plugins/sample_detector ]; then $(PY) -m pip install -q --disable-pip-version-check -e tests/plugins/sample_detector; fi
 	touch $(STAMP)
 
@@ -62,7 +62,7 @@ bench: install broker-start
 
 # Lint and types before any test runs (make test depends on it): ruff's rules and mypy's
 # disallow_untyped_defs, both configured in pyproject.toml and pinned in the test extra.
-LINTED := schemas detectors actions streams collectors trainguard benchmarks
+LINTED := schemas detectors actions streams collectors trainguard lab benchmarks
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -32,10 +32,10 @@ from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer
 
+from lab.localkafka.broker import LocalBroker
 from schemas.codec import Codec
 from schemas.records import ActionCommand, ActionResult, Incident, JobTopology, Record, TrainingStep
 from schemas.topics import Topics, key_for
-from trainguard.localkafka.broker import LocalBroker
 from trainguard.settings import BrokerSettings
 
 ROOT = Path(__file__).resolve().parent.parent

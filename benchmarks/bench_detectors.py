@@ -11,7 +11,7 @@ OS allows it):
   `DetectionPipeline.from_settings(DetectorSettings())` (the default
   detectors plus the correlator) — the detectors' own cost;
 * backtest throughput: the same recording read from JSON Lines, decoded
-  and detected by `trainguard.backtest.runner.run_backtest` — what
+  and detected by `lab.backtest.runner.run_backtest` — what
   `trainguard backtest` achieves end to end;
 * detector state memory per 1,000 GPUs: the pickled size of the pipeline
   (what the worker checkpoints) and the traced Python heap it holds.
@@ -58,8 +58,8 @@ def scenario(nodes: int, minutes: float) -> dict[str, Any]:
 
 def simulate(nodes: int, minutes: float) -> list[Record]:
     """The fleet's records, in event-time order."""
-    from trainguard.simulate import run_scenario
-    from trainguard.simulate.scenario import parse_scenario
+    from lab.telemetry_sim import run_scenario
+    from lab.telemetry_sim.scenario import parse_scenario
 
     events, _ = run_scenario(parse_scenario(scenario(nodes, minutes), "bench"))
     return list(events)
@@ -81,8 +81,8 @@ def detector_throughput(records: list[Record], repeats: int = 3) -> tuple[float,
 
 def backtest_throughput(records: list[Record]) -> float:
     """Events/s of the full backtest (read + decode + detect) over a JSON Lines file."""
+    from lab.backtest.runner import run_backtest
     from streams.recording import write_recording
-    from trainguard.backtest.runner import run_backtest
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "fleet.jsonl"

@@ -28,8 +28,8 @@ from typing import Any
 from river import drift
 
 from detectors.slowdown import SlowdownDetector
+from lab.telemetry_sim import load_scenario, run_scenario
 from schemas.records import TrainingStep
-from trainguard.simulate import load_scenario, run_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 TUNING = ["scenarios/tuning/fleet-c.yaml", "scenarios/tuning/fleet-messy.yaml", "scenarios/tuning/noisy-12h.yaml"]

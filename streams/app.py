@@ -26,7 +26,7 @@ from streams.tasks import NodeJobTable, TaskFactory
 from streams.watermark import EventClock
 
 
-def create_app(settings: WorkerConfig) -> faust.App:
+def create_worker_app(settings: WorkerConfig) -> faust.App:
     """Build the worker app: the batch loop task and the web endpoints."""
     topics = Topics(settings.topics.prefix)
     settings.worker.state_dir.mkdir(parents=True, exist_ok=True)

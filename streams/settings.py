@@ -1,6 +1,6 @@
 """The `worker:` and `metrics:` sections, and the part of the settings tree the worker reads.
 
-`WorkerConfig` names what `create_app` needs, each section typed by the
+`WorkerConfig` names what `create_worker_app` needs, each section typed by the
 package that owns it, so `streams` depends on no composed tree above it
 (`trainguard.settings.Settings` satisfies it).
 """

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from lab.localkafka.broker import LocalBroker
 from schemas.signing import generate
-from trainguard.localkafka.broker import LocalBroker
 from trainguard.settings import Settings, load_settings
 
 

@@ -18,7 +18,6 @@ from schemas.signing import KeyFileError
 from streams.admin import BrokerUnreachable
 from trainguard import __version__
 from trainguard.errors import UsageError
-from trainguard.localkafka.broker import BrokerError
 from trainguard.settings import ConfigError, load_settings
 
 COMMANDS: tuple[str, ...] = (
@@ -79,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(args.config)
         code = args.handler(args, settings)
-    except (ConfigError, KeyFileError, SecretError, UsageError, BrokerUnreachable, BrokerError) as exc:
+    except (ConfigError, KeyFileError, SecretError, UsageError, BrokerUnreachable) as exc:
         print(f"trainguard: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

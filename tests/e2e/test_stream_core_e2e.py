@@ -22,13 +22,13 @@ import pytest
 from processes import stop_all
 
 from detectors.pipeline import DetectionPipeline
+from lab.backtest.runner import run_backtest
 from schemas import Codec
 from schemas.records import Incident
 from schemas.topics import Topics
 from streams import kafka_io
 from streams.admin import ensure_topics
 from streams.recording import read_recording, replay, write_recording
-from trainguard.backtest.runner import run_backtest
 from trainguard.settings import load_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from lab.localkafka.broker import LocalBroker
 from schemas import Codec
 from schemas.records import Heartbeat, Incident, TrainingStep
 from schemas.topics import Topics, key_for
 from streams import kafka_io
 from streams.admin import ensure_topics
-from trainguard.localkafka.broker import LocalBroker
 from trainguard.settings import BrokerSettings
 
 pytestmark = pytest.mark.broker

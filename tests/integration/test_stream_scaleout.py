@@ -19,13 +19,13 @@ import yaml
 from processes import stop_all
 
 from detectors.pipeline import DetectionPipeline
+from lab.backtest.runner import run_backtest
 from schemas import Codec
 from schemas.records import Incident, Record
 from schemas.topics import Topics
 from streams import kafka_io
 from streams.admin import ensure_topics
 from streams.recording import read_recording, replay, write_recording
-from trainguard.backtest.runner import run_backtest
 from trainguard.settings import load_settings
 
 SCENARIO = Path(__file__).parents[1] / "fixtures" / "scenarios" / "stream-core.yaml"

@@ -2,6 +2,9 @@
 
 schemas <- detectors <- actions <- streams, and schemas <- collectors; only
 the Kafka edges import Kafka clients; detectors never read the wall clock.
+`lab` (offline work: simulators, backtest, demo, local broker) is left out of
+the runtime image, so no runtime package imports it, and `trainguard` (the CLI)
+imports it only inside the commands that need it; lab itself may import anything.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "streams": {"schemas", "detectors", "actions", "streams"},
     "collectors": {"schemas", "collectors"},
 }
-PROJECT = {"schemas", "detectors", "actions", "streams", "collectors", "trainguard"}
+PROJECT = {"schemas", "detectors", "actions", "streams", "collectors", "trainguard", "lab"}
 KAFKA = {"kafka", "aiokafka", "faust", "confluent_kafka"}
 CLOCK_CALLS = {"time", "monotonic", "perf_counter", "now", "utcnow", "today", "time_ns"}
 
@@ -32,6 +35,24 @@ def _imports(path: Path) -> set[str]:
             out.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             out.add(node.module.split(".")[0])
+    return out
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """Top-level modules imported when the module is imported: its body, and if/try blocks there,
+    but not `if TYPE_CHECKING:` blocks nor anything inside a function or class."""
+    out: set[str] = set()
+    pending = list(ast.parse(path.read_text(), filename=str(path)).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module.split(".")[0])
+        elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            pending += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            pending += node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
     return out
 
 
@@ -83,3 +104,27 @@ def test_client_options_import_kafka_clients_only_inside_functions() -> None:
     top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
     top |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
     assert not top & KAFKA
+
+
+def test_runtime_packages_never_import_lab() -> None:
+    for package in sorted(ALLOWED):
+        files = _files(package)
+        assert files, package
+        for path in files:
+            assert "lab" not in _imports(path), f"{path.relative_to(ROOT)} imports lab (left out of the runtime image)"
+
+
+def test_the_cli_imports_lab_only_inside_commands() -> None:
+    files = _files("trainguard")
+    lazy = [p for p in files if "lab" in _imports(p)]
+    assert len(lazy) >= 5, lazy  # simulate, backtest, ettr-sim, demo, broker: the walk saw the lazy imports
+    eager = [str(p.relative_to(ROOT)) for p in files if "lab" in _module_level_imports(p)]
+    assert not eager, f"import lab at module level (the runtime image has no lab): {eager}"
+
+
+def test_module_level_imports_see_through_if_and_try_but_not_functions(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\ntry:\n    import b\n"
+                     "except ImportError:\n    import c\nif True:\n    from d.x import y\n"
+                     "def f() -> None:\n    import e\n")
+    assert _module_level_imports(probe) == {"typing", "b", "c", "d"}

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from trainguard.commands.needs_lab import needs_lab
 from trainguard.settings import Settings
 
 PROGRESS_MIN_BYTES = 20 << 20  # show a progress bar for recordings above 20 MiB
@@ -41,11 +42,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     e.set_defaults(handler=run_eval)
 
 
+@needs_lab("backtest")
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from detectors.pipeline import DetectionPipeline
-    from trainguard.backtest.report import build_report, markdown, write_report
-    from trainguard.backtest.runner import run_backtest
-    from trainguard.backtest.scoring import score
+    from lab.backtest.report import build_report, markdown, write_report
+    from lab.backtest.runner import run_backtest
+    from lab.backtest.scoring import score
 
     if not args.recording.is_file():
         print(f"trainguard backtest: recording {args.recording}: not found", file=sys.stderr)
@@ -71,9 +73,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if result.bad_lines else 0
 
 
+@needs_lab("backtest-eval")
 def run_eval(args: argparse.Namespace, settings: Settings) -> int:
-    from trainguard.backtest.evaluate import evaluate
-    from trainguard.simulate import ScenarioError, TraceError
+    from lab.backtest.evaluate import evaluate
+    from lab.telemetry_sim import ScenarioError, TraceError
 
     try:
         report = evaluate(args.scenarios, args.report, settings.detectors, grace_s=args.grace)

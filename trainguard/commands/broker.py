@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from trainguard.localkafka.broker import BrokerError, LocalBroker
+from trainguard.commands.needs_lab import needs_lab
 from trainguard.settings import Settings
+
+if TYPE_CHECKING:  # lab is imported only when the command runs (the runtime image has none)
+    from lab.localkafka.broker import LocalBroker
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,7 +28,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=run)
 
 
+@needs_lab("broker")
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from lab.localkafka.broker import BrokerError, LocalBroker
+
     console = Console()
     broker_settings = settings.broker
     if args.port:

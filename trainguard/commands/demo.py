@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from trainguard.commands.needs_lab import needs_lab
 from trainguard.errors import UsageError
 from trainguard.settings import Settings
 
@@ -33,12 +34,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=run)
 
 
+@needs_lab("demo")
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from trainguard.demo.console import ConsoleReporter
-    from trainguard.demo.runner import DemoRunner
-    from trainguard.demo.scenario import DemoScenario, short_scenario
-    from trainguard.demo.summary import plot_timeline, print_summary
-    from trainguard.localkafka.broker import LocalBroker
+    from lab.demo.console import ConsoleReporter
+    from lab.demo.runner import DemoRunner
+    from lab.demo.scenario import DemoScenario, short_scenario
+    from lab.demo.summary import plot_timeline, print_summary
+    from lab.localkafka.broker import BrokerError, LocalBroker
 
     console = Console()
     # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so every demo process is stopped.
@@ -50,7 +52,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         except ValueError as exc:
             raise UsageError(f"demo: --faults: {exc}") from None
     if not settings.broker.bootstrap:
-        LocalBroker(settings.broker).start()
+        try:
+            LocalBroker(settings.broker).start()
+        except BrokerError as exc:
+            raise UsageError(f"demo: local broker: {exc}") from None
     run_dir = (args.out / time.strftime("%Y%m%d-%H%M%S")).resolve()
     outcome = DemoRunner(scenario, settings, run_dir, ConsoleReporter(console),
                          console_port=args.console_port if args.console else None, hold_s=args.hold).run()

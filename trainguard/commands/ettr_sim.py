@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from trainguard.commands.needs_lab import needs_lab
 from trainguard.settings import Settings
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "infinitehbd"
@@ -44,11 +45,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=run)
 
 
+@needs_lab("ettr-sim")
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from trainguard.fleetsim import JobParams, ParamError, SimParams, TraceHistory, simulate, with_measured_latencies
-    from trainguard.fleetsim.measured import with_measured_recovery
-    from trainguard.fleetsim.report import print_report, to_json
-    from trainguard.simulate.trace import TraceError, load_trace
+    from lab.ettr_sim import JobParams, ParamError, SimParams, TraceHistory, simulate, with_measured_latencies
+    from lab.ettr_sim.measured import with_measured_recovery
+    from lab.ettr_sim.report import print_report, to_json
+    from lab.telemetry_sim.trace import TraceError, load_trace
 
     if not args.trace.exists():
         print(f"trainguard ettr-sim: --trace: InfiniteHBD trace not found at {args.trace} (expected "

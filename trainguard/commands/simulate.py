@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from trainguard.commands.needs_lab import needs_lab
 from trainguard.settings import Settings
 
 
@@ -28,8 +29,8 @@ def labels_path(recording: Path) -> Path:
 
 def simulate_to(scenario_path: Path, out: Path, labels: Path | None = None) -> tuple[int, int]:
     """Simulate one scenario file into `out`; return (events, faults)."""
+    from lab.telemetry_sim import load_scenario, run_scenario
     from streams.recording import write_recording
-    from trainguard.simulate import load_scenario, run_scenario
 
     scenario = load_scenario(scenario_path)
     events, truth = run_scenario(scenario)
@@ -40,8 +41,9 @@ def simulate_to(scenario_path: Path, out: Path, labels: Path | None = None) -> t
     return count, len(truth)
 
 
+@needs_lab("simulate")
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from trainguard.simulate import ScenarioError, TraceError
+    from lab.telemetry_sim import ScenarioError, TraceError
 
     try:
         count, faults = simulate_to(args.scenario, args.out, args.labels)

@@ -19,11 +19,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import faust
 
     from streams.admin import ensure_configured_topics, require_broker
-    from streams.app import create_app
+    from streams.app import create_worker_app
 
     require_broker(settings)
     ensure_configured_topics(settings)
-    app = create_app(settings)
+    app = create_worker_app(settings)
     worker = faust.Worker(app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0

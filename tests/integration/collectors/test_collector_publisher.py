@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from collectors.publisher import Publisher
+from lab.localkafka.broker import LocalBroker
 from schemas.records import Heartbeat, NodeGpuSample, TrainingStep
 from schemas.topics import Topics
-from trainguard.localkafka.broker import LocalBroker
 from trainguard.settings import BrokerSettings
 
 pytestmark = pytest.mark.broker

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from collectors.publisher import Publisher
+from lab.localkafka.broker import LocalBroker
 from schemas.records import TrainingStep
 from schemas.topics import Topics
-from trainguard.localkafka.broker import LocalBroker
 from trainguard.settings import BrokerSettings
 
 pytestmark = pytest.mark.broker

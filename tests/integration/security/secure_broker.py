@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from trainguard.localkafka.broker import LocalBroker
+from lab.localkafka.broker import LocalBroker
 from trainguard.settings import BrokerSettings
 
 USERS = {"admin": "admin-secret", "collector": "collector-secret", "agent-n1": "agent-secret",

@@ -55,14 +55,37 @@ def test_dockerfile_is_multistage_pinned_non_root_with_healthcheck() -> None:
     assert f"-t {image_name()} " in text
 
 
+def lab_image_name() -> str:
+    return image_name().replace("/trainguard:", "/trainguard-lab:")
+
+
 @pytest.mark.parametrize("service", sorted(trainguard_services()))
 def test_every_trainguard_command_parses_with_the_cli(service: str) -> None:
     svc = trainguard_services()[service]
-    assert svc["image"] == image_name()
-    assert svc["build"]["dockerfile"] == "deploy/Dockerfile"
     # The image's ENTRYPOINT is `trainguard`, so `command` is what follows it.
     args = build_parser().parse_args(svc["command"])
     assert args.command == svc["command"][0]
+    # A command that needs lab (its handler is wrapped by `needs_lab`) cannot run in the runtime image.
+    if hasattr(args.handler, "__wrapped__"):
+        assert (svc["image"], svc["build"]["dockerfile"]) == (lab_image_name(), "deploy/Dockerfile.lab"), service
+    else:
+        assert (svc["image"], svc["build"]["dockerfile"]) == (image_name(), "deploy/Dockerfile"), service
+
+
+def test_the_runtime_image_leaves_lab_out_and_the_lab_image_has_it() -> None:
+    copied = re.findall(r"^COPY\s+(\S+)", dockerfile(), re.M)
+    assert "lab" not in copied and "scenarios" not in copied
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert "lab" in ignored
+    lab_file = (ROOT / "deploy" / "Dockerfile.lab").read_text()
+    assert "lab" in re.findall(r"^COPY\s+(\S+)", lab_file, re.M)
+    assert '".[lab]"' in lab_file and f"-t {lab_image_name()} " in lab_file
+    lab_ignored = [w for w in (ROOT / "deploy" / "Dockerfile.lab.dockerignore").read_text().splitlines()
+                   if w and not w.startswith("#")]
+    assert lab_ignored == [w for w in (ROOT / ".dockerignore").read_text().splitlines()
+                           if w and not w.startswith("#") and w != "lab"]
+    services = trainguard_services()
+    assert any(s["image"] == lab_image_name() for s in services.values())  # the check above saw a lab service
 
 
 def test_a_command_repeating_the_entrypoint_is_caught() -> None:

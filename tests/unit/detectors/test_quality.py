@@ -1,6 +1,6 @@
 """Detection quality on simulated fleets (the *tuning* scenarios), scored by the backtest.
 
-These run the project's fleet simulator and the default pipeline with no
+These run the project's telemetry simulator and the default pipeline with no
 broker. The evaluation scenarios are deliberately not used here.
 """
 
@@ -12,8 +12,8 @@ import pytest
 
 from detectors.pipeline import DetectionPipeline
 from detectors.settings import DetectorSettings
-from trainguard.backtest.runner import run_backtest
-from trainguard.backtest.scoring import score
+from lab.backtest.runner import run_backtest
+from lab.backtest.scoring import score
 from trainguard.commands.simulate import simulate_to
 
 TUNING = Path(__file__).resolve().parents[3] / "scenarios" / "tuning"

@@ -7,7 +7,7 @@ from pathlib import Path
 import faust
 
 from streams import kafka_io
-from streams.app import create_app
+from streams.app import create_worker_app
 from trainguard.settings import load_settings
 
 
@@ -18,7 +18,7 @@ def test_worker_speaks_the_configured_protocol(tmp_path: Path, monkeypatch) -> N
                 "sasl": {"mechanism": "SCRAM-SHA-512", "username": "trainguard-worker",
                          "password": {"env": "TG_TEST_PW"}}},
         worker={"state_dir": str(tmp_path / "w")}, metrics={"enabled": False})
-    app = create_app(settings)
+    app = create_worker_app(settings)
     credentials = app.conf.broker_credentials
     assert isinstance(credentials, faust.SASLCredentials)
     assert (credentials.username, credentials.password, credentials.mechanism.value) == (
