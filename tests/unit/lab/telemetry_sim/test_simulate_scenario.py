@@ -8,7 +8,7 @@ import pytest
 
 from lab.telemetry_sim.scenario import ScenarioError, load_scenario, parse_scenario
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_defaults_fill_a_minimal_scenario() -> None:
