@@ -3,7 +3,7 @@
 Why a script and not curl: the slim base image has no curl, and this keeps
 the probe in the interpreter the image already carries. The URL comes from
 TRAINGUARD_HEALTH_URL, else the metrics endpoint on TRAINGUARD_METRICS__PORT;
-with neither set (replay, simulate: no HTTP server) the container is healthy
+with neither set (replay: no HTTP server) the container is healthy
 while its process runs.
 """
 
