@@ -21,28 +21,16 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from schemas.records import (
-    Anomaly,
-    CheckpointEvent,
-    Heartbeat,
-    JobTopology,
-    LogEvent,
-    NodeGpuSample,
-    PhaseChange,
-    RdmaSample,
-    Record,
-    StackSample,
-    TrainingStep,
-)
+from schemas.codec import RECORD_TYPES, record_tag
+from schemas.records import Anomaly, Record
+from schemas.topics import INPUT_TOPICS, TOPIC_OF_TAG
 
 if TYPE_CHECKING:
     from detectors.base import Detector
 
 # The record types the worker and the backtest feed a pipeline: those of the input topics.
-OBSERVED: frozenset[type[Record]] = frozenset({
-    NodeGpuSample, RdmaSample, TrainingStep, Heartbeat, PhaseChange, CheckpointEvent, LogEvent, StackSample,
-    JobTopology,
-})
+OBSERVED: frozenset[type[Record]] = frozenset(
+    cls for cls in RECORD_TYPES if TOPIC_OF_TAG[record_tag(cls)] in INPUT_TOPICS)
 
 Handler = Callable[[Any], "list[Anomaly] | None"]
 H = TypeVar("H", bound=Callable[..., Any])
@@ -57,6 +45,7 @@ def on(*types: type[Record]) -> Callable[[H], H]:
     """Declare the decorated method the handler of records of `types`.
 
     >>> from detectors.base import Detector
+    >>> from schemas.records import TrainingStep
     >>> class Counter(Detector):
     ...     '''Counts steps.'''
     ...     seen = 0
