@@ -82,9 +82,9 @@ def wire(record: Record) -> Any:
     >>> wire(step)["loss"], wire(step.__class__(ts=1.0, job="j", rank=0, node="n", step=1, loss=2.0)).loss
     ('nan', 2.0)
     """
-    if record.__class__ is not TrainingStep:
+    if not isinstance(record, TrainingStep):
         return record
-    loss, grad = record.loss, record.grad_norm  # type: ignore[attr-defined]
+    loss, grad = record.loss, record.grad_norm
     if math.isfinite(loss) and (grad is None or math.isfinite(grad)):
         return record
     out: dict[str, Any] = msgspec.to_builtins(record)
