@@ -107,7 +107,7 @@ class Routes:
         for executor in self.executors:
             if not any(chosen is executor for chosen in self._by_action.values()):
                 raise UnknownExecutor(f"executor {executor.name!r} would carry out nothing: executors listed "
-                                      "before it handle all it does (list cluster executors before local)")
+                                      "before it handle all it does (each action goes to the first that handles it)")
 
     def for_action(self, action: str) -> Executor | None:
         """The executor of `action`, or None if no enabled one handles it."""

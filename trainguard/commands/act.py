@@ -21,8 +21,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("act", help="run the decision engine and an executor on incidents",
                        description="Consume incidents, decide a recovery plan for each (journaled, so a redelivered "
                        "incident is acted on once), publish the decision and audit entries, and (unless --dry-run) "
-                       "execute the plan: node-local steps through the `trainguard run` agents, evictions through "
-                       "the chosen executor, behind the circuit breaker, cooldown and approval rails. "
+                       "execute the plan: each step through the first enabled executor that handles its action "
+                       "(evictions through Kubernetes or Slurm, node-local steps through the `trainguard run` "
+                       "agents), behind the circuit breaker, cooldown and approval rails. "
                        "Commands are signed with security.act_private_key and results accepted only when signed "
                        "by their node (security.node_public_keys); without keys only --dry-run starts "
                        "(docs/security.md).")
