@@ -184,9 +184,9 @@ class PlanRunner:
 
     def _step(self, decision: Decision, idx: int, step: PlannedAction,
               results: dict[int, ActionResult]) -> ActionResult:
-        if step.when is not None and results.get(step.when.step, _NONE).status != step.when.status:
+        if step.when is not None and (ended := results.get(step.when.step, _NONE).status) != step.when.status:
             return self._result(decision, idx, step.action, "skipped",
-                                f"step {step.when.step} did not end {step.when.status}; not needed")
+                                f"step {step.when.step} ended {ended}, not {step.when.status}; not needed")
         nodes = self._nodes_for(decision, step, results)
         if nodes is None:
             return self._result(decision, idx, step.action, "skipped", "the diagnosis named no machine")
