@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from schemas.actions import ActionName
+from schemas.plan import PlannedAction, check_plan
 
 SCHEMA_VERSION = 1
 
@@ -321,16 +322,7 @@ class Incident(Record, tag="incident", frozen=True):
 # ------------------------------------------------------------------ actions
 
 
-# The action names and what each means: schemas/actions.py.
-
-
-class PlannedAction(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, gc=False):
-    """One step of a decision's plan."""
-
-    action: ActionName
-    nodes: list[str] = []
-    ranks: list[int] = []
-    params: dict[str, Any] = {}
+# The action names and what each means: schemas/actions.py; plan steps and their references: schemas/plan.py.
 
 
 class Decision(Record, tag="decision", frozen=True):
@@ -347,6 +339,9 @@ class Decision(Record, tag="decision", frozen=True):
     alternatives: list[str] = []
     dry_run: bool = False
     status: Literal["planned", "awaiting_approval", "blocked", "executed", "failed"] = "planned"
+
+    def __post_init__(self) -> None:
+        check_plan(self.plan)  # a step referring to a later (or missing) step is a malformed decision
 
 
 class ActionCommand(Record, tag="action_command", frozen=True):
