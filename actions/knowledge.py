@@ -11,6 +11,8 @@ Here every change is written through to the journal *as it is observed*:
 the consumer commits a record's offset only after `observe` returned, so
 nothing committed is ever forgotten, and `load` rebuilds the same state.
 Writes happen only when something changed (a topology is re-announced often).
+ETTR accounting changes with every step, so it is journaled once per
+consumed batch (`save_ettr`, called before the batch's offsets are committed).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import msgspec
 
 from actions.checkpoints import CheckpointRegistry
 from actions.engine import DecisionEngine
+from actions.ettr import EttrAccount
 from actions.journal import Journal
 from actions.restore import JOURNALED
 from schemas.records import CheckpointEvent, JobTopology
@@ -28,15 +31,18 @@ from schemas.records import CheckpointEvent, JobTopology
 _CKPT = "ckpt:"
 _TOPO = "topology:"
 _ENGINE = "engine"
+_ETTR = "ettr:"
 
 
 class JobKnowledge:
     """Write-through store of checkpoints, topologies and the engine's memory."""
 
-    def __init__(self, journal: Journal, engine: DecisionEngine, checkpoints: CheckpointRegistry) -> None:
+    def __init__(self, journal: Journal, engine: DecisionEngine, checkpoints: CheckpointRegistry,
+                 ettr: EttrAccount | None = None) -> None:
         self.journal = journal
         self.engine = engine
         self.checkpoints = checkpoints
+        self.ettr = ettr if ettr is not None else EttrAccount()
         self._topo_seen: dict[str, bytes] = {}  # job -> last stored encoding (skip identical re-announcements)
 
     def load(self) -> None:
@@ -48,6 +54,14 @@ class JobKnowledge:
             self.engine.observe_topology(record)
             self._topo_seen[job] = msgspec.json.encode(state)
         self.engine.restore(self.journal.get_state(_ENGINE))
+        for job, state in self.journal.states(_ETTR).items():
+            self.ettr.restore(job, state)
+
+    def save_ettr(self) -> None:
+        """Journal the ETTR account of every job changed since the last call (one transaction)."""
+        changed = self.ettr.take_dirty()
+        if changed:
+            self.journal.put_states({_ETTR + job: state for job, state in changed.items()})
 
     def observe_checkpoint(self, event: CheckpointEvent) -> None:
         """Apply a checkpoint announcement and journal the job's new checkpoint list."""

@@ -46,6 +46,9 @@ class ActionSettings(BaseModel):
     executor: str = Field("local", pattern="^(local|kubernetes|slurm)$")
     group_id: str = "trainguard-actions"
     state_dir: Path = Field(Path(".trainguard/actions"), description="journal of decisions and plan steps")
+    state_topic: bool = Field(True, description="mirror the journal on the compacted act-state topic (and "
+                              "rebuild from it at start), so act can move to another machine; off: the "
+                              "local journal only")
     breaker_max_fraction: float = Field(0.25, gt=0, le=1, description="max fraction of nodes evicted per window")
     breaker_window_s: float = Field(3600.0, gt=0)
     fleet_size: int = Field(0, ge=0, description="nodes in the fleet; 0 = unknown, fleet_max_evictions applies")

@@ -14,7 +14,8 @@ agents' results), then incidents, so "which checkpoint precedes the onset?"
 is answered from everything fetched so far; if the state partitions still
 lag behind the incident, the loop fetches them up to their current end
 first (bounded by `actions.state_wait_s`). Offsets are committed after the
-batch: every record's effect is by then in the journal.
+batch: every record's effect is by then in the journal and on the act-state
+topic (`ActCore.sync_state`, `streams.state_mirror`).
 
 `ActLoop.subscribe(topic, handler)` adds another topic (an operator topic,
 say): its records go to `handler` in the same ordered, journal-then-commit loop.
@@ -80,7 +81,9 @@ class ActLoop:
                 fetched = await consumer.getmany(timeout_ms=50, max_records=5000)
                 if fetched:
                     await self._handle(consumer, fetched)
-                    await consumer.commit()  # after the batch: its state and decisions are journaled
+                    # After the batch: its state and decisions are journaled and mirrored.
+                    await asyncio.to_thread(self.core.sync_state)
+                    await consumer.commit()
         finally:
             await consumer.stop()
 

@@ -1,0 +1,159 @@
+"""The Kafka edge of act's durable state: the journal mirrored on a compacted topic.
+
+`act` journals every change locally (SQLite, fsync'd); this mirror writes
+the same items (`actions.state_items`) to `<prefix>act-state`, a compacted,
+single-partition topic, so any machine can rebuild what `act` knew.
+
+* Order and durability: the journal hands each committed transaction's
+  items over in commit order; one writer thread sends them in Kafka
+  transactions (acks from all replicas, idempotent). `wait_durable()`
+  returns once everything journaled so far is committed on the topic: the
+  consume loop calls it before committing offsets, and a plan step calls
+  it before sending a command, so no offset and no command ever precede
+  the state they imply. Callers never hold a lock while the writer talks
+  to the broker, and batches group naturally (one round trip for all the
+  changes that queued up while the previous one was in flight).
+* Single writer: the producer's transactional id is the same for every
+  `act` of a deployment, so `init_transactions` at start fences a
+  predecessor still running (Kafka aborts its open transaction and refuses
+  its next one); records also carry the writer's epoch, and the restorer
+  ignores an older epoch after a newer one (`state_items.fold`).
+* Start: read the topic to its end (committed records only), reconcile
+  with whatever local journal exists (newest version wins), write the
+  result into the journal, then publish a claim and what the topic lacked.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kafka.errors import KafkaError, ProducerFencedError
+
+from actions.journal import Journal
+from actions.state_items import Folded, Item, Reconciled, fold, reconcile, to_record
+from schemas.kafka_config import BrokerSettings
+from streams import kafka_io
+
+log = logging.getLogger(__name__)
+
+
+class MirrorFenced(RuntimeError):
+    """Another act took over the state topic: this one must stop acting at once."""
+
+
+class StateMirror:
+    """Mirror a journal onto the compacted state topic; restore it from there on start."""
+
+    def __init__(self, *, broker: BrokerSettings, topic: str, journal: Journal, transactional_id: str,
+                 writer: str = "act", on_fenced: Callable[[], None] = lambda: None) -> None:
+        self.broker, self.topic, self.journal = broker, topic, journal
+        self.transactional_id, self.writer, self.on_fenced = transactional_id, writer, on_fenced
+        self._cond = threading.Condition()
+        self._queue: list[Item] = []
+        self._enqueued = 0  # items handed over so far
+        self._durable = 0  # items committed on the topic so far
+        self._fenced = False
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self.batches = 0  # transactions committed (for the benchmark)
+        self.restored: Reconciled | None = None
+        self._producer = kafka_io.producer(broker, transactional_id=transactional_id, enable_idempotence=True,
+                                           linger_ms=0, reconnect_backoff_max_ms=500)
+
+    def start(self) -> Reconciled:
+        """Fence any predecessor, rebuild the journal from the topic, then mirror every change."""
+        self._producer.init_transactions()  # from here on an older act with our id cannot commit
+        remote = self.read()
+        result = reconcile(self.journal.items(), remote, self.writer)
+        self.journal.apply(result.to_local)
+        self.journal.begin_epoch(result.epoch, result.seq)
+        if remote.stale:
+            log.warning("act-state: ignored %d records of a stale writer", remote.stale)
+        self._thread = threading.Thread(target=self._run, name="act-state-mirror", daemon=True)
+        self._thread.start()
+        self._enqueue(result.to_publish)
+        self.journal.listen(self._enqueue)
+        self.wait_durable()  # our claim is on the topic before we act
+        self.restored = result
+        return result
+
+    def read(self) -> Folded:
+        """The topic's state: every committed record from the beginning to the current end, folded."""
+        consumer = kafka_io.consumer(self.broker, reconnect_backoff_max_ms=500)
+        try:
+            parts = kafka_io.partitions_for(consumer, self.topic)
+            return fold((m.key, m.value) for m in kafka_io.read_to_end(consumer, parts))
+        finally:
+            consumer.close()
+
+    def wait_durable(self, timeout_s: float | None = None) -> bool:
+        """Block until every item journaled before this call is committed on the topic (False on timeout)."""
+        with self._cond:
+            target = self._enqueued
+            done = self._cond.wait_for(lambda: self._durable >= target or self._fenced, timeout_s)
+            if self._fenced:
+                raise MirrorFenced(f"another act took over {self.topic}")
+            return bool(done)
+
+    def close(self) -> None:
+        """Write what is queued, then stop the writer and release the producer."""
+        self.journal.listen(None)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._producer.close(timeout=5)
+
+    # ------------------------------------------------------------ the writer thread
+
+    def _enqueue(self, items: list[Item]) -> None:
+        with self._cond:
+            self._queue.extend(items)
+            self._enqueued += len(items)
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._queue) or self._closing)
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+                upto = self._enqueued
+            if not self._write(batch):
+                return
+            with self._cond:
+                self._durable = upto
+                self._cond.notify_all()
+
+    def _write(self, batch: list[Item]) -> bool:
+        """One transaction with the whole batch; retried until it commits. False once fenced."""
+        backoff = 0.1
+        while True:
+            try:
+                self._producer.begin_transaction()
+                for item in batch:
+                    key, value = to_record(item)
+                    self._producer.send(self.topic, key=key, value=value, partition=0)
+                self._producer.commit_transaction()
+                self.batches += 1
+                return True
+            except ProducerFencedError:
+                log.error("act-state: fenced by a newer act; this act stops acting")
+                with self._cond:
+                    self._fenced = True
+                    self._cond.notify_all()
+                self.on_fenced()
+                return False
+            except KafkaError as exc:  # the broker is away: the batch waits, in order, and is sent again
+                log.warning("act-state: write failed (%s); retrying", type(exc).__name__)
+                try:
+                    self._producer.abort_transaction()
+                except KafkaError:
+                    pass
+                time.sleep(backoff)
+                backoff = min(2.0, backoff * 2)
