@@ -21,7 +21,7 @@ import functools
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -220,7 +220,11 @@ class Journal:
     def _touch(self, key: str, value: bytes | None) -> None:
         self._changed.append((key, value))
 
-    def _put(self, key: str, value: dict[str, Any]) -> None:
+    def _put(self, key: str, value: dict[str, Any] | None) -> None:
+        if value is None:
+            if self._db.execute("DELETE FROM kv WHERE key=?", (key,)).rowcount:
+                self._touch("state/" + key, None)
+            return
         encoded = json.dumps(value)
         self._db.execute("INSERT OR REPLACE INTO kv VALUES (?,?)", (key, encoded))
         self._touch("state/" + key, encoded.encode())
@@ -338,8 +342,8 @@ class Journal:
             self._put(key, value)
 
     @_locked
-    def put_states(self, values: dict[str, dict[str, Any]]) -> None:
-        """Store several state blobs in one transaction (one fsync, one mirrored batch)."""
+    def put_states(self, values: Mapping[str, dict[str, Any] | None]) -> None:
+        """Store (None: delete) several state blobs in one transaction (one fsync, one mirrored batch)."""
         if values:
             with self._tx():
                 for key, value in values.items():
