@@ -38,6 +38,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
 
+from actions.journal import Journal
 from schemas.codec import Codec
 from schemas.records import ActionCommand, ActionResult, Incident, JobTopology, Record, TrainingStep
 from schemas.signing import generate, load_signer
@@ -159,6 +160,19 @@ def latencies(rig: Rig, ids: list[str], wait_s: float = 30.0) -> list[float]:
     return [rig.first_command[i] - rig.sent_at[i] for i in ids if i in rig.first_command]
 
 
+def explain_missing(rig: Rig, ids: list[str], journal_path: Path) -> None:
+    """For incidents that got no command: what act's journal says about them."""
+    journal = Journal(journal_path)
+    try:
+        for iid in ids:
+            if iid not in rig.first_command:
+                d = journal.decision_for(iid)
+                steps = [(r.action, r.status, r.message) for r in journal.steps(d.id)] if d else []
+                print(f"  no command for {iid}: decision {d.status if d else None} {d.rule if d else ''} {steps}")
+    finally:
+        journal.close()
+
+
 def measure(broker: LocalBroker, servers: str, tmp: str, args: argparse.Namespace, *, mirror: bool) -> dict[str, Any]:
     """One act (state mirroring on or off): warm up, steady incidents, a broker outage, incidents after it."""
     prefix = f"bench-act-{uuid.uuid4().hex[:6]}."
@@ -201,6 +215,7 @@ def measure(broker: LocalBroker, servers: str, tmp: str, args: argparse.Namespac
         after_lat = latencies(rig, after, wait_s=120)
         first_after = min((rig.first_command[i] for i in after if i in rig.first_command), default=float("nan"))
         after_base = bare_round_trip(servers, Topics(prefix).name("audit"), n=5)
+        explain_missing(rig, [*steady, *after], Path(f"{tmp}/act-{prefix}/journal.sqlite"))
     finally:
         rig.stop.set()
         act.terminate()
@@ -221,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--load", type=float, default=500.0, help="training records/s in the background")
     parser.add_argument("--outage", type=float, default=20.0, help="seconds the broker is down")
     parser.add_argument("--act-log", default="", help="write act's output (info level) here (.mirror/.journal)")
+    parser.add_argument("--only", choices=["journal", "mirror"], help="measure one way only")
     args = parser.parse_args(list(argv or []))
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -230,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         broker.start()
         try:  # the same broker, one after the other: the local journal only, then mirrored on act-state
             for name, mirror in (("journal only", False), ("journal + act-state", True)):
+                if args.only and args.only != ("mirror" if mirror else "journal"):
+                    continue
                 results[name] = measure(broker, settings.servers, tmp, args, mirror=mirror)
         finally:
             broker.stop()

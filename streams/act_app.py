@@ -33,6 +33,7 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
 
 from schemas.codec import Codec, DecodeError
 from schemas.kafka_config import BrokerSettings, client_options
@@ -112,8 +113,14 @@ class ActLoop:
     async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
         """Read the state partitions up to their current end before deciding (bounded wait)."""
         parts = [tp for tp in consumer.assignment() if tp.topic in self.state]
-        ends = {tp: consumer.highwater(tp) for tp in parts}
-        behind = [tp for tp in parts if ends[tp] is not None and await consumer.position(tp) < ends[tp]]
+        # The broker's current ends, not the consumer's cached high-water marks: those date from
+        # the fetch that buffered the records, which may predate the topology an incident needs.
+        ends: dict[TopicPartition, int | None] = {tp: consumer.highwater(tp) for tp in parts}
+        try:
+            ends.update(await asyncio.wait_for(consumer.end_offsets(parts), self.state_wait_s) if parts else {})
+        except (asyncio.TimeoutError, KafkaError):
+            log.warning("state topics' end offsets unavailable; deciding on what was fetched")
+        behind = [tp for tp in parts if ends[tp] is not None and await consumer.position(tp) < (ends[tp] or 0)]
         deadline = time.monotonic() + self.state_wait_s
         while behind and time.monotonic() < deadline:
             fetched = await consumer.getmany(*behind, timeout_ms=50, max_records=5000)
