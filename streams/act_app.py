@@ -118,7 +118,7 @@ class ActLoop:
         ends: dict[TopicPartition, int | None] = {tp: consumer.highwater(tp) for tp in parts}
         try:
             ends.update(await asyncio.wait_for(consumer.end_offsets(parts), self.state_wait_s) if parts else {})
-        except (asyncio.TimeoutError, KafkaError):
+        except (TimeoutError, KafkaError):
             log.warning("state topics' end offsets unavailable; deciding on what was fetched")
         behind = [tp for tp in parts if ends[tp] is not None and await consumer.position(tp) < (ends[tp] or 0)]
         deadline = time.monotonic() + self.state_wait_s
