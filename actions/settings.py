@@ -67,6 +67,8 @@ class ActionSettings(BaseModel):
     retry_window_s: float = Field(3600.0, gt=0, description="a second unknown fault within this escalates")
     network_confirmations: int = Field(2, ge=1, description="network anomalies needed before evicting")
     plan_workers: int = Field(4, ge=1, description="plans (of different jobs) executed at once")
+    commit_interval_s: float = Field(0.5, gt=0, description="commit consumed offsets at most this often, "
+                                     "each time once the state they imply is journaled and on act-state")
     state_wait_s: float = Field(2.0, ge=0, description="before deciding, wait at most this long for the "
                                 "checkpoint/training topics to be read up to the incident")
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)

@@ -87,11 +87,15 @@ class ActCore:
         self.worker_keys = worker_keys or KeyRing()  # empty: incidents trusted by Kafka ACLs alone
         self.durable = durable or (lambda: None)  # waits until the journal is mirrored (streams.state_mirror)
 
+    def save_state(self) -> None:
+        """Journal what observing records changed and is not journaled as it happens (ETTR)."""
+        with self._lock:
+            self.knowledge.save_ettr()
+
     def sync_state(self) -> None:
         """Make everything observed so far durable (ETTR journaled, journal mirrored); the caller
         commits the offsets of what it handed over only after this returns."""
-        with self._lock:
-            self.knowledge.save_ettr()
+        self.save_state()
         self.durable()
 
     # ------------------------------------------------------------ records
