@@ -25,12 +25,14 @@ single-partition topic, so any machine can rebuild what `act` knew.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
-from kafka.errors import KafkaError, ProducerFencedError
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError, ProducerFenced
 
 from actions.journal import Journal
 from actions.state_items import Folded, Item, Reconciled, fold, reconcile, to_record
@@ -38,6 +40,7 @@ from schemas.kafka_config import BrokerSettings
 from streams import kafka_io
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class MirrorFenced(RuntimeError):
@@ -60,12 +63,27 @@ class StateMirror:
         self._thread: threading.Thread | None = None
         self.batches = 0  # transactions committed (for the benchmark)
         self.restored: Reconciled | None = None
-        self._producer = kafka_io.producer(broker, transactional_id=transactional_id, enable_idempotence=True,
-                                           linger_ms=0, reconnect_backoff_max_ms=500)
+        # aiokafka's transactional producer, on a loop of its own: kafka-python's did not find its
+        # transaction coordinator again after a 20 s broker outage (95 s to the first command).
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="act-state-io", daemon=True)
+        self._producer: AIOKafkaProducer | None = None
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    async def _new_producer(self) -> AIOKafkaProducer:
+        # A transaction begun right after the previous commit gets CONCURRENT_TRANSACTIONS until the
+        # broker wrote the markers; the default 100 ms back-off would then be added to every command.
+        producer = kafka_io.aio_producer(self.broker, transactional_id=self.transactional_id, linger_ms=0,
+                                         transaction_timeout_ms=60000, retry_backoff_ms=10)
+        await producer.start()  # InitProducerId: from here on an older act with our id cannot commit
+        return producer
 
     def start(self) -> Reconciled:
         """Fence any predecessor, rebuild the journal from the topic, then mirror every change."""
-        self._producer.init_transactions()  # from here on an older act with our id cannot commit
+        self._loop_thread.start()
+        self._producer = self._call(self._new_producer())
         remote = self.read()
         result = reconcile(self.journal.items(), remote, self.writer)
         self.journal.apply(result.to_local)
@@ -106,7 +124,10 @@ class StateMirror:
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        self._producer.close(timeout=5)
+        if self._producer is not None:
+            self._call(self._producer.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(timeout=5)
 
     # ------------------------------------------------------------ the writer thread
 
@@ -135,14 +156,10 @@ class StateMirror:
         backoff = 0.1
         while True:
             try:
-                self._producer.begin_transaction()
-                for item in batch:
-                    key, value = to_record(item)
-                    self._producer.send(self.topic, key=key, value=value, partition=0)
-                self._producer.commit_transaction()
+                self._call(self._send(batch))
                 self.batches += 1
                 return True
-            except ProducerFencedError:
+            except ProducerFenced:
                 log.error("act-state: fenced by a newer act; this act stops acting")
                 with self._cond:
                     self._fenced = True
@@ -151,9 +168,24 @@ class StateMirror:
                 return False
             except KafkaError as exc:  # the broker is away: the batch waits, in order, and is sent again
                 log.warning("act-state: write failed (%s); retrying", type(exc).__name__)
-                try:
-                    self._producer.abort_transaction()
-                except KafkaError:
-                    pass
-                time.sleep(backoff)
+                self._call(asyncio.sleep(backoff))
                 backoff = min(2.0, backoff * 2)
+                if backoff >= 2.0:  # the producer may be stuck in an aborted epoch (a long outage): a new one
+                    self._call(self._replace_producer())
+
+    async def _replace_producer(self) -> None:
+        """A fresh producer under the same id. Only the leader gets here (a deposed act exits on losing
+        the Lease, or stops on ProducerFenced), so this never fences a successor."""
+        if self._producer is not None:
+            try:
+                await self._producer.stop()
+            except KafkaError:
+                pass
+        self._producer = await self._new_producer()
+
+    async def _send(self, batch: list[Item]) -> None:
+        assert self._producer is not None
+        async with self._producer.transaction():  # aborted on any error, committed on exit
+            acks = [await self._producer.send(self.topic, value, key=key, partition=0)
+                    for key, value in map(to_record, batch)]
+            await asyncio.gather(*acks)
