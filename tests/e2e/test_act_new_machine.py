@@ -4,15 +4,15 @@ What the issue's reviewer refused: act's state lived only in its local
 SQLite journal, so a lost PVC (or a standby act taking the Lease) forgot
 the evicted nodes, the breaker, the checkpoints. Now the journal is
 mirrored on the compacted `act-state` topic. Through real processes: two
-real `trainguard run` agents (node-1, node-2), a hardware incident on
-node-1 that `act` evicts, training steps for the ETTR account; then act is
+real `trainguard run` agents (node-1, node-2, and spare-1 of a two-spare
+standby pool), a hardware incident on node-1 that `act` evicts (spare-1 swapped in), training steps for the ETTR account; then act is
 SIGKILLed and its state directory deleted, and a new act starts with an
 empty directory. It must know exactly what the old one knew (rails:
 breaker window, cooldowns, standby pool, evicted nodes, restart
 generations; checkpoints; topology; engine memory; ETTR; the decision and
 its step outcomes), and a later NaN incident must restore from the
-remembered step-100 checkpoint, addressed to node-2 only (node-1 stays
-evicted and is never targeted).
+remembered step-100 checkpoint, addressed to node-2 and spare-1 only
+(node-1 stays evicted and is never targeted).
 """
 
 from __future__ import annotations
@@ -59,19 +59,19 @@ def wait_for(pred: Any, timeout_s: float) -> None:
 
 def test_act_on_a_new_machine_knows_what_the_old_one_knew(kafka: str, topic_prefix: str, tmp_path: Path,
                                                           keys: Any) -> None:
-    keys.node("node-1", "node-2")
+    keys.node("node-1", "node-2", "spare-1")
     topics = Topics(topic_prefix)
     tap = Tap(kafka, topics)
     state_dir = tmp_path / "act"
     base = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": topic_prefix,
             "TRAINGUARD_TOPICS__PARTITIONS": "2", **keys.env(),
             "TRAINGUARD_ACTIONS__GROUP_ID": f"a-{topic_prefix}", "TRAINGUARD_ACTIONS__STATE_DIR": str(state_dir),
-            "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "60", "TRAINGUARD_COLLECTORS__AGENT__GRACE_S": "10",
+            "TRAINGUARD_ACTIONS__STANDBY_NODES": '["spare-1", "spare-2"]', "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "60", "TRAINGUARD_COLLECTORS__AGENT__GRACE_S": "10",
             "STOP_S": "1", "PYTHONUNBUFFERED": "1"}
     agents = {node: start({**base, "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR": str(tmp_path / node),
                            "TRAINGUARD_COLLECTORS__SPOOL_DIR": str(tmp_path / f"spool-{node}")},
                           "run", "--job", JOB, "--node", node, "--linger", "180", "--", sys.executable, str(TRAINER))
-              for node in ("node-1", "node-2")}
+              for node in ("node-1", "node-2", "spare-1")}
     acts: list[subprocess.Popen[str]] = []
     try:
         now = time.time()
@@ -99,6 +99,7 @@ def test_act_on_a_new_machine_knows_what_the_old_one_knew(kafka: str, topic_pref
             assert new[key] == old[key], key
         assert old["rails"]["evicted"] == {JOB: ["node-1"]}  # what must not be forgotten, spelt out
         assert "node-1" in old["rails"]["cooldown"] and old["rails"]["breaker"]["evictions"]
+        assert old["rails"]["pool"] == {"spares": ["spare-2"], "swaps": {"spare-1": "node-1"}}
         assert old[f"ckpt:{JOB}"] and old[f"topology:{JOB}"]["rank_nodes"]
         assert old[f"ettr:{JOB}"]["steps"] and old[f"ettr:{JOB}"]["episodes"]
 
@@ -107,7 +108,7 @@ def test_act_on_a_new_machine_knows_what_the_old_one_knew(kafka: str, topic_pref
         restart = tap.wait(lambda r: isinstance(r, ActionCommand) and r.action == "restart_from_checkpoint"
                            and r.incident_id == "nan-250", timeout_s=90)
         assert restart.params["step"] == 100  # the remembered checkpoint, not from scratch
-        assert restart.nodes == ["node-2"]  # node-1 stays evicted, never targeted
+        assert restart.nodes == ["node-2", "spare-1"]  # node-1 stays evicted, never targeted; the spare stays in
         assert restart.params["exclude_nodes"] == ["node-1"]
         assert restart.params["attempt"] == old["rails"]["attempts"][JOB] + 1  # the generation goes on
         acts[1].send_signal(signal.SIGTERM)
