@@ -123,7 +123,9 @@ def build_core(settings: ActConfig, *, executor: str, dry_run: bool, on_decision
 
     def close() -> None:
         core.close(wait=True)
-        core.sync_state()
+        core.save_state()
+        if mirror is not None and not mirror.wait_durable(timeout_s=10):  # a broker outage must not block exit
+            log.warning("act: exiting before the act-state topic has everything; the next start publishes it")
         producer.flush()
         producer.close()
         if bus is not None:

@@ -125,7 +125,10 @@ class StateMirror:
         if self._thread is not None:
             self._thread.join(timeout=30)
         if self._producer is not None:
-            self._call(self._producer.stop())
+            try:
+                asyncio.run_coroutine_threadsafe(self._producer.stop(), self._loop).result(timeout=10)
+            except Exception:  # noqa: BLE001 - exiting anyway; the broker aborts an open transaction
+                log.warning("act-state: producer did not stop cleanly")
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(timeout=5)
 
@@ -167,6 +170,9 @@ class StateMirror:
                 self.on_fenced()
                 return False
             except KafkaError as exc:  # the broker is away: the batch waits, in order, and is sent again
+                if self._closing:  # the local journal keeps it; the next start publishes what the topic lacks
+                    log.warning("act-state: %d items not mirrored at exit (%s)", len(batch), type(exc).__name__)
+                    return False
                 log.warning("act-state: write failed (%s); retrying", type(exc).__name__)
                 self._call(asyncio.sleep(backoff))
                 backoff = min(2.0, backoff * 2)
