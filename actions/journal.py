@@ -306,7 +306,7 @@ class Journal:
             self._db.execute("DELETE FROM decisions WHERE id=?", (rest,))
             if body is not None:
                 d = self._codec.decode(body.encode(), Decision)
-                self._db.execute("INSERT INTO decisions VALUES (?,?,?,?,?,?)",
+                self._db.execute("INSERT OR REPLACE INTO decisions VALUES (?,?,?,?,?,?)",  # incident ids are unique
                                  (d.id, d.incident_id, d.job, d.ts, d.status, body.encode()))
         elif kind in ("step", "intent"):
             decision_id, _, idx = rest.rpartition("/")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from actions.journal import Journal
 from actions.state_items import Folded, Item, claim, fold, from_record, reconcile, to_record
+from schemas.codec import Codec
 from schemas.records import ActionCommand, ActionResult, Decision, PlannedAction
 
 RAILS = {"evicted": {"j": ["n1"]}, "cooldown": {"n1": 5.0}}
@@ -102,3 +104,24 @@ def test_the_journal_hands_over_versioned_items_and_rebuilds_from_them(tmp_path:
     live = [{k: i.value for k, i in j.items().items() if not i.deleted} for j in (new, old)]
     assert live[0] == live[1]
     assert new.version() == (1, 8)  # its own epoch (the old one wrote as 0), numbering above the claim
+
+
+def test_an_old_machines_journal_coming_back_takes_the_newer_writers_decision(tmp_path: Path) -> None:
+    """Divergent histories: the old act journaled d-old for an incident but never mirrored it; the new act
+    decided the redelivered incident as d-new. The old journal, back, ends up with d-new only."""
+    def decided(decision_id: str) -> Decision:
+        return Decision(ts=1.0, id=decision_id, incident_id="i1", kind="nan", job="j", rule="r", reason="x", plan=[])
+
+    old = Journal(tmp_path / "old.sqlite")
+    old.begin_epoch(1, 0)
+    old.record_decision(decided("d-old"))
+    topic = [to_record(claim(2, 5, "new")), to_record(Item("decision/d-new", (2, 6), as_json(decided("d-new"))))]
+    out = reconcile(old.items(), fold(topic))
+    old.apply(out.to_local)
+    assert old.decision_for("i1") == decided("d-new") and old.get("d-old") is None
+    assert [i.key for i in out.to_publish] == ["writer"]
+
+
+def as_json(decision: Decision) -> object:
+    """A decision as the journal hands it over (its codec's JSON, decoded)."""
+    return json.loads(Codec().encode(decision))
