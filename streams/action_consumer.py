@@ -88,15 +88,10 @@ class ActCore:
         self.durable = durable or (lambda: None)  # waits until the journal is mirrored (streams.state_mirror)
 
     def save_state(self) -> None:
-        """Journal what observing records changed and is not journaled as it happens (ETTR)."""
+        """Journal what observing records changed and is not journaled as it happens (ETTR); the loop
+        then waits for `durable` before committing the offsets of the records observed so far."""
         with self._lock:
             self.knowledge.save_ettr()
-
-    def sync_state(self) -> None:
-        """Make everything observed so far durable (ETTR journaled, journal mirrored); the caller
-        commits the offsets of what it handed over only after this returns."""
-        self.save_state()
-        self.durable()
 
     # ------------------------------------------------------------ records
 
