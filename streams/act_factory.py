@@ -24,14 +24,14 @@ import faust
 from actions.checkpoints import CheckpointRegistry
 from actions.engine import DecisionEngine
 from actions.ettr import EttrAccount
-from actions.executors.base import Executor
-from actions.executors.local import LocalExecutor
+from actions.executors import registry
 from actions.journal import Journal
 from actions.knowledge import JobKnowledge
 from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
 from actions.settings import ActionSettings
 from actions.standby import StandbyPool
+from schemas.actions import ACTIONS
 from schemas.codec import Codec
 from schemas.records import ActionCommand, ActionResult, AuditEntry, Record
 from schemas.topics import Topics, key_for
@@ -55,7 +55,7 @@ class ActionApp:
     close: Callable[[], None]
 
 
-def create_action_app(settings: ActConfig, *, executor: str | None = None, dry_run: bool | None = None,
+def create_action_app(settings: ActConfig, *, executors: list[str] | None = None, dry_run: bool | None = None,
                       on_decision: OnDecision | None = None, max_incidents: int | None = None,
                       timeout_s: float | None = None, on_fenced: Callable[[], None] | None = None) -> ActionApp:
     """Wire a complete `act` from settings (call once leading: the mirror fences any predecessor).
@@ -65,13 +65,13 @@ def create_action_app(settings: ActConfig, *, executor: str | None = None, dry_r
     """
     cfg = settings.actions
     dry = cfg.dry_run if dry_run is None else dry_run
-    core, mirror, close = build_core(settings, executor=executor or cfg.executor, dry_run=dry,
+    core, mirror, close = build_core(settings, executors=executors or cfg.enabled_executors(), dry_run=dry,
                                      on_decision=on_decision, on_fenced=on_fenced or _exit_fenced)
     app = create_act_app(settings, core, max_incidents=max_incidents, timeout_s=timeout_s)
     return ActionApp(app=app, core=core, mirror=mirror, close=close)
 
 
-def build_core(settings: ActConfig, *, executor: str, dry_run: bool, on_decision: OnDecision | None = None,
+def build_core(settings: ActConfig, *, executors: list[str], dry_run: bool, on_decision: OnDecision | None = None,
                on_fenced: Callable[[], None] = lambda: None) -> tuple[ActCore, StateMirror | None, Callable[[], None]]:
     """The `ActCore` behind the app, its state mirror, and a function that waits for running plans
     and releases the journal and the Kafka clients."""
@@ -105,15 +105,12 @@ def build_core(settings: ActConfig, *, executor: str, dry_run: bool, on_decision
         producer.send(topics.for_record(record), key=rkey or None, value=codec.encode(record))
 
     bus: KafkaCommandBus | None = None
-    node_executor: Executor = _Refuse()  # dry run: decisions are journaled, nothing is ever sent
-    cluster_executor: Executor = node_executor
+    routes = registry.Routes([_Refuse()])  # dry run: decisions are journaled, nothing is ever sent
     if signer is not None:
         bus = KafkaCommandBus(broker=settings.broker, topics=topics, signer=signer, node_keys=node_keys,
                               ttl_s=sec.command_ttl_s, on_reject=partial(_audit_rejected, publish))
-        node_executor = LocalExecutor(bus=bus, timeout_s=cfg.command_timeout_s, clock=time.time)
-        cluster_executor = _cluster_executor(cfg, executor, node_executor)
-    runner = PlanRunner(journal=journal, rails=_rails(cfg), node_executor=node_executor,
-                        cluster_executor=cluster_executor, sink=publish, clock=time.time,
+        routes = registry.build(executors, registry.ExecutorContext(cfg, time.time, bus))
+    runner = PlanRunner(journal=journal, rails=_rails(cfg), executors=routes, sink=publish, clock=time.time,
                         topologies=engine.topologies, reported_attempt=ettr.attempt, max_jobs=cfg.max_jobs,
                         durable=durable)
     core = ActCore(engine=engine, runner=runner, knowledge=knowledge, publish=publish, ettr=ettr,
@@ -155,6 +152,7 @@ class _Refuse:
     """The executor of a dry run: a planned decision is never executed (dry-run decisions skip the runner)."""
 
     name = "dry-run"
+    handles = frozenset(ACTIONS)
 
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
         raise RuntimeError("dry run: nothing may be executed")
@@ -165,15 +163,3 @@ def _audit_rejected(publish: Callable[[Record], None], result: Any, reason: str)
     publish(AuditEntry(ts=time.time(), event="result_rejected", subject_id=getattr(result, "command_id", ""),
                        actor="trainguard-act", detail={"job": getattr(result, "job", ""),
                                                        "node": getattr(result, "node", ""), "reason": reason}))
-
-
-def _cluster_executor(cfg: ActionSettings, name: str, local: Executor) -> Executor:
-    if name == "kubernetes":
-        from actions.executors.kubernetes import KubernetesExecutor
-
-        return KubernetesExecutor.from_settings(cfg.kubernetes, clock=time.time)
-    if name == "slurm":
-        from actions.executors.slurm import SlurmExecutor
-
-        return SlurmExecutor(clock=time.time, scontrol=cfg.slurm.scontrol, timeout_s=cfg.slurm.timeout_s)
-    return local

@@ -15,6 +15,7 @@ from actions.journal import Journal
 from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
+from schemas.actions import AGENT_ACTIONS, CLUSTER_ACTIONS
 from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology, Record
 
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
@@ -22,6 +23,7 @@ TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r i
 
 class Recorder:
     name = "recorder"
+    handles = AGENT_ACTIONS  # `setup` makes the cluster one handle CLUSTER_ACTIONS
 
     def __init__(self, replies: dict[str, dict[str, Any]] | None = None, fail_on: str = "") -> None:
         self.calls: list[tuple[ActionCommand, list[str]]] = []
@@ -49,8 +51,10 @@ def setup(tmp_path: Path, *, spares: list[str] | None = None, approval: list[str
     audit: list[Record] = []
     rails = Rails(CircuitBreaker(max_fraction=0.25, window_s=3600), Cooldown(cooldown_s=600),
                   StandbyPool(spares=list(spares or [])), approval_kinds=approval or [])
-    runner = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, node_executor=node or Recorder(),
-                        cluster_executor=cluster or Recorder(), sink=audit.append, clock=lambda: 5.0,
+    cluster = cluster or Recorder()
+    cluster.handles = CLUSTER_ACTIONS
+    runner = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, executors=[cluster, node or Recorder()],
+                        sink=audit.append, clock=lambda: 5.0,
                         topologies=eng.topologies)
     return eng, runner, audit
 
