@@ -114,6 +114,7 @@ def build_core(settings: Settings, topics: Any, *, executor: str, dry_run: bool,
     from actions.journal import Journal
     from actions.knowledge import JobKnowledge
     from actions.runner import PlanRunner
+    from actions.selfcheck.fanout import FanOut
     from schemas.codec import Codec
     from schemas.records import AuditEntry, Record
     from schemas.topics import key_for
@@ -152,7 +153,8 @@ def build_core(settings: Settings, topics: Any, *, executor: str, dry_run: bool,
         cluster_executor = _cluster_executor(settings, executor, node_executor)
     runner = PlanRunner(journal=journal, rails=_rails(cfg), node_executor=node_executor,
                         cluster_executor=cluster_executor, sink=publish, clock=time.time,
-                        topologies=engine.topologies, reported_attempt=ettr.attempt, max_jobs=cfg.max_jobs)
+                        topologies=engine.topologies, reported_attempt=ettr.attempt, max_jobs=cfg.max_jobs,
+                        fanout=FanOut(cfg.selfcheck, clock=time.time))
     core = ActCore(engine=engine, runner=runner, knowledge=knowledge, publish=publish, ettr=ettr,
                    on_decision=on_decision, plan_workers=cfg.plan_workers, max_jobs=cfg.max_jobs,
                    operator_max_age_s=cfg.operator_max_age_s, node_keys=node_keys, worker_keys=sec.ring("worker"))
