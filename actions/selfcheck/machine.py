@@ -113,7 +113,8 @@ def machine_passed(report: dict[str, Any]) -> bool:
                                             and all(v == "ok" for v in r.get("pairs", {}).values()) for r in records)
 
 
-def _launch(spec: MachineSpec, stages: list[str], out: Path, env: dict[str, str] | None) -> list[subprocess.Popen[bytes]]:
+def _launch(spec: MachineSpec, stages: list[str], out: Path,
+            env: dict[str, str] | None) -> list[subprocess.Popen[bytes]]:
     remaining = spec.deadline - time.time() - MARGIN_S
     worker_spec = {"check_id": spec.check_id, "machines": spec.machines, "ppn": spec.ppn, "stages": stages,
                    "timeout_s": spec.timeout_s, "host": spec.host, "port": spec.port, "out": str(out),

@@ -73,16 +73,15 @@ def aggregate(machines: list[str], reports: Mapping[str, Mapping[str, Any] | Non
     A report is what `actions.selfcheck.machine.run_machine` returns:
     `{"machine", "dcgm": {"status"}, "stages": {stage: [rank records]}}`; an
     agent that answered without one (a re-sent command it had already run)
-    gives `{"status": "ok"|"failed"}` only, which can pass or fail the check but
-    never name a machine.
+    gives `{"status": "ok"|"failed"}` only: the machines' own pass/fail then
+    decides the check, which names no machine (nothing can be compared).
     """
     checks = list(checks)
     stages: list[StageResult] = []
     answered = _answers(machines, reports)
-    if answered is not None:
+    if answered is not None:  # a silent machine, or answers without reports: nothing more can be judged
         stages.append(answered)
-        if answered.status == "failed":
-            return _report(stages, checks)
+        return _report(stages, checks)
     full = {m: r for m, r in reports.items() if r is not None and "stages" in r}
     if "dcgm" in checks:
         stages.append(_eval_dcgm(machines, full))
@@ -188,7 +187,7 @@ def _eval_bitwise(machines: list[str], files: list[dict[str, Any]], ppn: int) ->
     for f in files:
         if f["machine"] in digests:
             digests[f["machine"]].add(f.get("digest", "missing"))
-    for m, ds in digests.items():
+    for ds in digests.values():
         if not ds:
             ds.add("missing")
     votes = Counter(d for ds in digests.values() for d in ds if d != "missing")
