@@ -52,7 +52,7 @@ def free_port() -> int:
 
 
 def diagnose(kafka: str, topic_prefix: str, tmp_path: Path, keys: Any, *, faults: dict[str, str] | None = None,
-             silent: str = "", timeout_s: float = 60.0) -> tuple[Tap, dict[str, int], Journal]:
+             silent: str = "", timeout_s: float = 60.0, kind: str = "hang") -> tuple[Tap, dict[str, int], Journal]:
     """Run the whole hang plan; returns what was seen, each agent's pid, and act's journal."""
     keys.node(*NODES)
     topics = Topics(topic_prefix)
@@ -82,8 +82,8 @@ def diagnose(kafka: str, topic_prefix: str, tmp_path: Path, keys: Any, *, faults
         now = time.time()
         tap.publish(JobTopology(ts=now, job=JOB, world_size=3, rank_nodes=dict(enumerate(NODES))))
         tap.publish(CheckpointEvent(ts=now, job=JOB, step=100, path="/ck/100"))
-        tap.publish(Incident(ts=now + 1, id=f"hang-{topic_prefix}", kind="hang", job=JOB, onset=now,
-                             detected_at=now + 1))
+        tap.publish(Incident(ts=now + 1, id=f"{kind}-{topic_prefix}", kind=kind, job=JOB, onset=now,  # type: ignore[arg-type]
+                             detected_at=now + 1, step=120 if kind == "sdc" else None))
         act = start(base, "act", "--executor", "local", "--timeout", "600")
         tap.wait(lambda r: isinstance(r, AuditEntry) and r.event.startswith("decision_") and r.event != "decision",
                  timeout_s=timeout_s * 6)
@@ -168,3 +168,25 @@ def test_a_silent_agent_is_named_not_passed(kafka: str, topic_prefix: str, tmp_p
     assert_each_agent_ran_only_its_own_ranks(tap, pids, ["n1", "n2"])
     stops = [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "stop"]
     assert stops and all(s.nodes == ["n3"] for s in stops)  # the eviction goes to the silent machine only
+
+
+def test_sdc_replay_phases_fan_out_and_meet_on_the_corrupt_machine(kafka: str, topic_prefix: str, tmp_path: Path,
+                                                                  keys: Any) -> None:
+    tap, pids, journal = diagnose(kafka, topic_prefix, tmp_path, keys, faults={"n2": "n2:bitflip"}, kind="sdc")
+    decision = journal.decision_for(f"sdc-{topic_prefix}")
+    assert decision is not None and decision.rule == "sdc.dual_phase_replay"
+    steps = journal.steps(decision.id)
+    phases = [s for s in steps if s.action == "replay_regroup"]
+    # 3 machines: rows [n1 n2] [n3], columns [n1 n3] [n2]; n2 is in row 0 and column 1.
+    assert [p.details["failed_groups"] for p in phases] == [[0], [1]]
+    sent = [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "replay_regroup"]
+    assert len(sent) == 6 and all(len(c.nodes) == 1 for c in sent)  # one command per machine per phase
+    ids = {c.id: c.nodes[0] for c in sent}
+    answers = [r for r in tap.seen if isinstance(r, ActionResult) and r.command_id in ids]
+    assert answers and all(r.node == ids[r.command_id] for r in answers)
+    for r in answers:
+        report = r.details["machine_report"]
+        assert report["agent_pid"] == pids[r.node]
+        assert {rec["parent"] for rec in report["stages"]["replay"]} == {report["pid"]}
+    evicts = [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "stop" and r.nodes == ["n2"]]
+    assert evicts  # the evict step stops n2 (after the plan's first stop of every machine)

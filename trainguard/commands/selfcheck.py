@@ -70,9 +70,12 @@ def _run_machine(action: str, params: dict[str, Any]) -> int:
         print(f"trainguard selfcheck: --command-json {exc}", file=sys.stderr)
         return 2
     report = run_machine(spec)
-    passed = machine_passed(report)
+    passed = machine_passed(report)  # this machine's own view; with others checked, act's verdict decides
+    # Only a check of this machine alone vouches for it (the console returns a node on such a report);
+    # with others, its own ranks can all pass while its digest is the odd one out.
+    alone = {"machines": spec.machines} if len(spec.machines) == 1 else {}
     print(json.dumps({"action": action, "phase": params.get("phase"), "check_id": spec.check_id,
-                      "machine": spec.machine, "passed": passed, "machine_report": report}))
+                      "machine": spec.machine, **alone, "passed": passed, "machine_report": report}))
     return 0 if passed else 1
 
 
