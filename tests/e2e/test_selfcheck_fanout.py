@@ -148,11 +148,15 @@ def test_healthy_machines_pass_each_running_only_its_own_ranks(kafka: str, topic
     assert not [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "stop"]  # nobody evicted
 
 
-def test_a_bit_flip_on_one_machine_is_named_and_only_that_machine_evicted(kafka: str, topic_prefix: str,
-                                                                           tmp_path: Path, keys: Any) -> None:
-    tap, pids, journal = diagnose(kafka, topic_prefix, tmp_path, keys, faults={"n2": "n2:bitflip"})
+# One rank per machine here: a hung rank has no peer within its machine, so the all-to-all passes
+# (late) and the all-gather with its neighbours is the first stage that can name it.
+@pytest.mark.parametrize(("fault", "stage"), [("bitflip", "bitwise"), ("hang", "all_gather")])
+def test_a_fault_on_one_machine_is_named_and_only_that_machine_evicted(fault: str, stage: str, kafka: str,
+                                                                       topic_prefix: str, tmp_path: Path,
+                                                                       keys: Any) -> None:
+    tap, pids, journal = diagnose(kafka, topic_prefix, tmp_path, keys, faults={"n2": f"n2:{fault}"})
     step = check_step(journal, topic_prefix)
-    assert step.status == "failed" and step.details["stage"] == "bitwise" and step.details["culprits"] == ["n2"]
+    assert step.status == "failed" and step.details["stage"] == stage and step.details["culprits"] == ["n2"]
     assert_each_agent_ran_only_its_own_ranks(tap, pids, NODES)
     stops = [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "stop"]
     assert stops and all(s.nodes == ["n2"] for s in stops)
