@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -55,6 +55,13 @@ class NodeExecutor(Protocol):
     """The node executor as the fan-out uses it (`actions.executors.local.LocalExecutor`)."""
 
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult: ...
+
+
+@runtime_checkable
+class BatchExecutor(Protocol):
+    """An executor that sends many commands before waiting (`LocalExecutor.execute_all`)."""
+
+    def execute_all(self, commands: list[ActionCommand]) -> list[ActionResult]: ...
 
 
 def rendezvous_for(check_id: str, machines: list[str], settings: FanOutSettings) -> dict[str, Any]:
@@ -139,7 +146,10 @@ class FanOut:
         wait_s = float(getattr(executor, "timeout_s", self.settings.budget_s + ANSWER_SLACK_S))
         deadline = self.clock() + max(1.0, min(self.settings.budget_s, wait_s - ANSWER_SLACK_S))
         commands = machine_commands(command, machines, settings=self.settings, deadline=deadline)
-        with ThreadPoolExecutor(max_workers=max(1, len(commands)), thread_name_prefix="selfcheck") as pool:
-            answers = pool.map(lambda c: executor.execute(c, targets=list(c.nodes)), commands)
-            results = dict(zip(machines, answers))
+        if isinstance(executor, BatchExecutor):  # the local executor: send all, one thread waits
+            results = dict(zip(machines, executor.execute_all(commands)))
+        else:
+            with ThreadPoolExecutor(max_workers=max(1, len(commands)), thread_name_prefix="selfcheck") as pool:
+                results = dict(zip(machines, pool.map(lambda c: executor.execute(c, targets=list(c.nodes)),
+                                                      commands)))
         return combine(command, commands[0], machines, results, ts=self.clock())

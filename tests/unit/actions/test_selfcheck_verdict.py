@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from actions.selfcheck.fanout import combine, machine_command_id, machine_commands, report_of
@@ -166,3 +167,28 @@ def test_combine_turns_agent_results_into_one_step_result(silent: bool) -> None:
     assert step.details["stage"] == ("agents" if silent else "bitwise")
     assert step.details["silent"] == (["n1"] if silent else [])
     assert set(DEFAULT_CHECKS) <= {s["name"] for s in step.details["stages"]}
+
+
+def test_local_executor_sends_every_machine_its_command_before_waiting_for_any() -> None:
+    from actions.executors.local import LocalExecutor
+
+    events: list[str] = []
+
+    class Bus:
+        def send(self, command: ActionCommand) -> ActionCommand:
+            events.append(f"send {command.nodes[0]}")
+            return command
+
+        def collect(self, command_id: str, *, nodes: list[str], timeout_s: float) -> list[ActionResult]:
+            events.append(f"collect {nodes[0]}")
+            if nodes[0] == "n2":
+                return []  # this agent never answers
+            return [ActionResult(ts=1.0, command_id=command_id, action="self_check", status="ok", node=nodes[0],
+                                 details={"machine_report": {"machine": nodes[0]}})]
+
+    cmds = machine_commands(base_command(), MACHINES, settings=SelfCheckSettings(), deadline=9.0)
+    bad = msgspec.structs.replace(cmds[3], nodes=["n[3-4]"])  # never sent: not one node's name
+    results = LocalExecutor(bus=Bus(), timeout_s=1.0, clock=lambda: 2.0).execute_all([*cmds[:3], bad])
+    assert events[:3] == ["send n0", "send n1", "send n2"] and events[3:] == ["collect n0", "collect n1", "collect n2"]
+    assert [r.status for r in results] == ["ok", "ok", "failed", "rejected"]
+    assert report_of("n2", results[2]) is None and report_of("n1", results[1]) == {"machine": "n1"}
