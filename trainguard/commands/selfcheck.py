@@ -25,11 +25,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("selfcheck", help="run the hierarchical self-check or an SDC replay",
                        description="Run GPU self-test (dcgmi, if present), all-to-all within each machine, "
                        "all-gather between neighbours and a bitwise alignment test, cheapest first, stopping at "
-                       "the first stage that names a machine; or one phase of a dual-phase SDC replay. Prints one "
-                       "JSON object; exit 0 = passed, 1 = failed, 2 = bad input.")
+                       "the first stage that names a machine; or one phase of a dual-phase SDC replay. A command "
+                       "act fanned out (params.node_rank) runs only this machine's ranks and prints its report; "
+                       "--machines runs every named machine's part on this host. Prints one JSON object; "
+                       "exit 0 = passed, 1 = failed, 2 = bad input.")
     p.add_argument("--command-json", metavar="JSON",
                    help="an ActionCommand (self_check or replay_regroup) as JSON, as the node agent passes it")
-    p.add_argument("--machines", help="comma-separated machines to check (instead of --command-json)")
+    p.add_argument("--machines", help="comma-separated machines to check, all on this host (instead of "
+                   "--command-json)")
     p.add_argument("--checks", default="dcgm,all_to_all,all_gather,bitwise", help="stages (default: %(default)s)")
     p.add_argument("--procs-per-machine", type=int, default=2, help="ranks per machine (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=10.0, help="collective timeout in seconds (default: %(default)s)")
