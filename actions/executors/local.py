@@ -60,7 +60,6 @@ class LocalExecutor:
         merged = merge_results(wire, results, ts=self.clock(), missing=missing)
         return msgspec.structs.replace(merged, action=command.action)
 
-
     def execute_all(self, commands: list[ActionCommand]) -> list[ActionResult]:
         """Send every command, then collect each (one per machine of a fanned-out self-check).
 
