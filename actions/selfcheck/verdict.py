@@ -3,7 +3,8 @@
 A self-check fans out: each machine's agent runs only its own check ranks
 (`actions.selfcheck.machine`) and reports what they saw, per stage. This
 module combines those per-machine reports into one hierarchical verdict:
-stages are judged in order of cost (dcgm, all-to-all within each machine,
+stages are judged in order of cost (every agent answered, every rank met at
+the rendezvous, dcgm, all-to-all within each machine,
 all-gather between neighbours, bitwise alignment of a reference step) and
 the first stage that names a machine ends the verdict; later stages are
 "skipped" even if the machines ran them, because once a machine is named
@@ -83,6 +84,10 @@ def aggregate(machines: list[str], reports: Mapping[str, Mapping[str, Any] | Non
         stages.append(answered)
         return _report(stages, checks)
     full = {m: r for m, r in reports.items() if r is not None and "stages" in r}
+    met = _rendezvous(machines, full, ppn)
+    if met is not None:
+        stages.append(met)
+        return _report(stages, checks)
     if "dcgm" in checks:
         stages.append(_eval_dcgm(machines, full))
         if stages[-1].culprits:
@@ -126,6 +131,25 @@ def _answers(machines: list[str], reports: Mapping[str, Mapping[str, Any] | None
     failed = [m for m in bare if (reports[m] or {}).get("status") != "ok"]
     return StageResult("agents", "failed" if failed else "passed", [],
                        {"without_report": bare, "failed_without_report": failed})
+
+
+def _rendezvous(machines: list[str], reports: Mapping[str, Mapping[str, Any]], ppn: int) -> StageResult | None:
+    """Did every rank reach the check's rendezvous? If not, whose ranks never came?
+
+    Ranks that timed out there list the ranks that never arrived; when rank 0
+    itself never came (no store to reach), the machines whose ranks wrote
+    nothing at all while the others report rendezvous failures are the ones.
+    """
+    records = {m: [rec for rs in r["stages"].values() for rec in rs] for m, r in reports.items()}
+    failed = [rec for rs in records.values() for rec in rs if rec.get("rendezvous_failed")]
+    if not failed:
+        return None
+    missing_ranks = {int(x) for rec in failed for x in (rec.get("missing_ranks") or [])}
+    absent = {machines[r // ppn] for r in missing_ranks if 0 <= r // ppn < len(machines)}
+    absent |= {m for m in machines if m in records and not records[m]}
+    named = [m for m in machines if m in absent]
+    return StageResult("rendezvous", "failed", _named(machines, named),
+                       {"missing_ranks": sorted(missing_ranks), "absent": named})
 
 
 def _report(stages: list[StageResult], checks: list[str]) -> SelfCheckReport:

@@ -40,10 +40,12 @@ def main(spec_path: str, rank_arg: str) -> int:
         dist.init_process_group("gloo", store=_rendezvous(spec, rank, world), rank=rank, world_size=world,
                                 timeout=timeout)
         groups = _make_groups(spec, machines, ppn, timeout)
-    except Exception as exc:  # no world: every stage failed here, and says why
+    except Exception as exc:  # no world: every stage failed here, and says why (and who never came)
+        missing = exc.missing if isinstance(exc, _Missing) else None
         for stage in spec["stages"]:
             _write(out, stage, rank, {"machine": machine, "status": "failed", "elapsed_s": 0.0,
-                                      "error": f"rendezvous: {type(exc).__name__}: {_first_line(exc)}"})
+                                      "error": f"rendezvous: {type(exc).__name__}: {_first_line(exc)}",
+                                      "rendezvous_failed": True, "missing_ranks": missing})
         return 0
     for stage in spec["stages"]:
         started = time.monotonic()
@@ -75,13 +77,23 @@ def _rendezvous(spec: dict[str, Any], rank: int, world: int) -> dist.Store:
     store = dist.TCPStore(str(spec.get("host", "127.0.0.1")), int(spec["port"]), world, is_master=rank == 0,
                           timeout=wait, wait_for_workers=False)
     prefixed = dist.PrefixStore(f"tg-selfcheck/{spec.get('check_id', '')}", store)
+    prefixed.set(f"arrived/{rank}", "1")
     prefixed.add("arrived", 1)
     deadline = time.monotonic() + wait.total_seconds()
     while prefixed.add("arrived", 0) < world:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"only {prefixed.add('arrived', 0)} of {world} ranks reached the rendezvous")
+            missing = [r for r in range(world) if not prefixed.check([f"arrived/{r}"])]
+            raise _Missing(missing)
         time.sleep(0.05)
     return prefixed
+
+
+class _Missing(TimeoutError):
+    """Ranks that never reached the rendezvous: their machines' agents never started them."""
+
+    def __init__(self, missing: list[int]) -> None:
+        super().__init__(f"ranks {missing} never reached the rendezvous")
+        self.missing = missing
 
 
 def _make_groups(spec: dict[str, Any], machines: list[str], ppn: int, timeout: datetime.timedelta) -> dict[str, Any]:

@@ -170,6 +170,9 @@ def test_a_silent_agent_is_named_not_passed(kafka: str, topic_prefix: str, tmp_p
     assert step.status == "failed" and step.details["stage"] == "agents" and step.details["culprits"] == ["n3"]
     assert step.details["silent"] == ["n3"]
     assert_each_agent_ran_only_its_own_ranks(tap, pids, ["n1", "n2"])
+    for node, report in agent_reports(tap).items():  # the others waited at the rendezvous for n3's rank
+        records = [r for rs in report["stages"].values() for r in rs]
+        assert records and all(r["rendezvous_failed"] and r["missing_ranks"] == [2] for r in records), node
     stops = [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "stop"]
     assert stops and all(s.nodes == ["n3"] for s in stops)  # the eviction goes to the silent machine only
 

@@ -192,3 +192,31 @@ def test_local_executor_sends_every_machine_its_command_before_waiting_for_any()
     assert events[:3] == ["send n0", "send n1", "send n2"] and events[3:] == ["collect n0", "collect n1", "collect n2"]
     assert [r.status for r in results] == ["ok", "ok", "failed", "rejected"]
     assert report_of("n2", results[2]) is None and report_of("n1", results[1]) == {"machine": "n1"}
+
+
+def rendezvous_failed(reports: dict[str, dict[str, Any] | None], machine: str, missing: list[int] | None) -> None:
+    for records in reports[machine]["stages"].values():  # type: ignore[index]
+        for rec in records:
+            rec.update(status="failed", rendezvous_failed=True, missing_ranks=missing)
+
+
+def test_ranks_that_never_reached_the_rendezvous_name_their_machine() -> None:
+    reports = world()
+    for m in ("n0", "n1", "n3"):
+        rendezvous_failed(reports, m, [4, 5])  # n2's ranks (ppn 2) never came
+    reports["n2"]["stages"] = {"all_to_all": [], "all_gather": [], "bitwise": []}  # type: ignore[index]
+    report = aggregate(MACHINES, reports, ppn=2)
+    assert report.stage == "rendezvous" and report.culprits == ["n2"] and not report.passed
+    assert [s.status for s in report.stages[1:]] == ["skipped"] * 4
+
+
+def test_when_rank_0_never_came_the_machine_that_wrote_nothing_is_named() -> None:
+    reports = world()
+    for m in ("n1", "n2", "n3"):
+        rendezvous_failed(reports, m, None)  # no store to reach: nobody knows who is missing
+    reports["n0"]["stages"] = {"all_to_all": [], "all_gather": [], "bitwise": []}  # type: ignore[index]
+    assert aggregate(MACHINES, reports, ppn=2).culprits == ["n0"]
+    reports["n0"] = world()["n0"]  # everyone failed to meet, everyone wrote why: no one to blame
+    rendezvous_failed(reports, "n0", None)
+    report = aggregate(MACHINES, reports, ppn=2)
+    assert report.stage == "rendezvous" and report.culprits == [] and not report.passed
