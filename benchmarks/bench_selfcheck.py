@@ -78,6 +78,28 @@ def fanned_out(machines: list[str]) -> dict[str, Any]:
             "node_processes": PPN + 1, "aggregate_us": aggregate_us, "passed": verdict.passed}
 
 
+def verdict_at_scale(n: int, ppn: int = 8) -> dict[str, Any]:
+    """act's side at fleet size: the pure verdict over n synthetic machine reports (one bit flip)."""
+    from actions.selfcheck.verdict import neighbour_pairs
+
+    machines = [f"m{i}" for i in range(n)]
+    pairs: dict[str, dict[str, str]] = {m: {} for m in machines}
+    for a, b in neighbour_pairs(machines):
+        pairs[a][f"{a}|{b}"] = pairs[b][f"{a}|{b}"] = "ok"
+    reports: dict[str, dict[str, Any] | None] = {}
+    for i, m in enumerate(machines):
+        ranks = range(i * ppn, (i + 1) * ppn)
+        digest = "flipped" if i == n // 2 else "d0"
+        reports[m] = {"machine": m, "stages": {
+            "all_to_all": [{"rank": r, "machine": m, "status": "ok"} for r in ranks],
+            "all_gather": [{"rank": r, "machine": m, "status": "ok", "pairs": pairs[m]} for r in ranks],
+            "bitwise": [{"rank": r, "machine": m, "status": "ok", "digest": digest} for r in ranks]}}
+    t0 = time.perf_counter()
+    verdict = aggregate(machines, reports, checks=CHECKS, ppn=ppn)
+    took = time.perf_counter() - t0
+    return {"machines": n, "ppn": ppn, "aggregate_ms": took * 1e3, "culprits": verdict.culprits}
+
+
 def _free_port() -> int:
     import socket
 
@@ -88,7 +110,12 @@ def _free_port() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     sizes = [int(a) for a in (argv or sys.argv[1:] or ["2", "4", "6"])]
-    rows = []
+    rows: list[dict[str, Any]] = []
+    for n in (100, 1000, 10000):
+        row = verdict_at_scale(n)
+        print(f"verdict over {n} machines x {row['ppn']} ranks: {row['aggregate_ms']:.1f} ms "
+              f"(named {row['culprits']}); load {os.getloadavg()[0]:.1f}", flush=True)
+        rows.append({"verdict_at_scale": row})
     for n in sizes:
         machines = [f"m{i}" for i in range(n)]
         load = os.getloadavg()[0]

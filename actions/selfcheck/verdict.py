@@ -200,8 +200,11 @@ def _eval_all_gather(machines: list[str], files: list[dict[str, Any]], ppn: int)
     for pair in pair_ok:  # a pair with a silent member failed too
         if seen[pair] < 2 * ppn:
             pair_ok[pair] = False
-    failing = [m for m in machines
-               if all(not ok for pair, ok in pair_ok.items() if m in pair.split("|")) and len(machines) > 2]
+    outcomes: dict[str, list[bool]] = {m: [] for m in machines}  # each machine's pairs, in one pass
+    for pair, ok in pair_ok.items():
+        for m in pair.split("|"):
+            outcomes[m].append(ok)
+    failing = [m for m in machines if len(machines) > 2 and not any(outcomes[m])]
     bad = [p for p, ok in pair_ok.items() if not ok]
     return StageResult("all_gather", "failed" if bad else "passed", _named(machines, failing), {"failed_pairs": bad})
 
