@@ -122,9 +122,10 @@ def _launch(spec: MachineSpec, stages: list[str], out: Path,
     (out / "spec.json").write_text(json.dumps(worker_spec))
     procs = []
     for rank in spec.local_ranks:
-        log = (out / f"rank-{rank}.log").open("wb")
-        procs.append(subprocess.Popen([sys.executable, "-m", "actions.selfcheck.worker", str(out / "spec.json"),
-                                       str(rank)], stdout=log, stderr=subprocess.STDOUT, env=env))
+        with (out / f"rank-{rank}.log").open("wb") as log:  # the child keeps its own copy of the descriptor
+            procs.append(subprocess.Popen([sys.executable, "-m", "actions.selfcheck.worker",
+                                           str(out / "spec.json"), str(rank)],
+                                          stdout=log, stderr=subprocess.STDOUT, env=env))
     return procs
 
 
