@@ -93,6 +93,9 @@ def run_machine(spec: MachineSpec, *, workdir: Path | None = None, env: dict[str
         waiter = _Waiter(spec, out, procs)
         for stage in stages:
             report["stages"][stage] = waiter.wait(stage)
+        for marker in sorted(out.glob("stopped-*.json")):  # rank 0 named a machine: later stages never ran
+            stop = json.loads(marker.read_text())
+            report["stopped_after"], report["referee_named"] = stop["after"], stop["named"]
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -146,6 +149,8 @@ class _Waiter:
             count = len(list(self.out.glob(f"{stage}-*.json")))
             if count >= len(self.procs) or all(p.poll() is not None for p in self.procs):
                 break
+            if any(self.out.glob("stopped-*.json")):
+                break  # the check was stopped at an earlier stage: this one will never run
             if count > seen:
                 seen, last_new = count, time.monotonic()
             elif seen and time.monotonic() - last_new > timeout * 1.5:

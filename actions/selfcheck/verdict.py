@@ -94,7 +94,7 @@ def aggregate(machines: list[str], reports: Mapping[str, Mapping[str, Any] | Non
             return _report(stages, checks)
     for name in (c for c in checks if c in _EVALUATE):
         files = [f for r in full.values() for f in r["stages"].get(name, [])]
-        stages.append(_EVALUATE[name](machines, files, ppn))
+        stages.append(_refereed(name, evaluate_stage(name, machines, files, ppn), machines, full))
         if stages[-1].culprits:
             break
     return _report(stages, checks)
@@ -131,6 +131,20 @@ def _answers(machines: list[str], reports: Mapping[str, Mapping[str, Any] | None
     failed = [m for m in bare if (reports[m] or {}).get("status") != "ok"]
     return StageResult("agents", "failed" if failed else "passed", [],
                        {"without_report": bare, "failed_without_report": failed})
+
+
+def _refereed(name: str, own: StageResult, machines: list[str],
+              reports: Mapping[str, Mapping[str, Any]]) -> StageResult:
+    """Rank 0's early-stop call for this stage, where act's own reading names no one (see `referee`)."""
+    calls = {tuple(r["referee_named"]) for r in reports.values()
+             if r.get("stopped_after") == name and r.get("referee_named")}  # [] : a late rank that never heard
+    if own.culprits or len(calls) != 1:
+        return own
+    call = set(calls.pop())
+    named = _named(machines, [m for m in machines if m in call])
+    if not named:
+        return own
+    return StageResult(name, "failed", named, {**own.detail, "named_by": "rank 0, when the check stopped here"})
 
 
 def _rendezvous(machines: list[str], reports: Mapping[str, Mapping[str, Any]], ppn: int) -> StageResult | None:
@@ -225,3 +239,8 @@ def _eval_bitwise(machines: list[str], files: list[dict[str, Any]], ppn: int) ->
 
 
 _EVALUATE = {"all_to_all": _eval_all_to_all, "all_gather": _eval_all_gather, "bitwise": _eval_bitwise}
+
+
+def evaluate_stage(stage: str, machines: list[str], records: list[dict[str, Any]], ppn: int) -> StageResult:
+    """One collective stage judged from its rank records (the referee's early-stop call uses it too)."""
+    return _EVALUATE[stage](machines, records, ppn)

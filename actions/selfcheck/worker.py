@@ -7,7 +7,9 @@ not by collective, so a hung peer can only delay a verdict (until its
 group's timeout), never swallow it. The world spans machines: global rank 0
 hosts the TCP store at the rendezvous the command names, and every rank
 waits there (up to `rendezvous_s`) until all have arrived, because agents
-receive their commands at slightly different times.
+receive their commands at slightly different times. After each early
+stage rank 0 says whether a machine was named and everyone stops
+(`actions.selfcheck.referee`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from actions.selfcheck.referee import EARLY_STOP_STAGES, go_on
 from actions.selfcheck.reference import digest, faults_for, full_gradient, reference_step, shard_gradient
 from actions.selfcheck.verdict import neighbour_pairs
 
@@ -37,8 +40,8 @@ def main(spec_path: str, rank_arg: str) -> int:
     world = len(machines) * ppn
     out = Path(spec["out"])
     try:
-        dist.init_process_group("gloo", store=_rendezvous(spec, rank, world), rank=rank, world_size=world,
-                                timeout=timeout)
+        store = _rendezvous(spec, rank, world)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
         groups = _make_groups(spec, machines, ppn, timeout)
     except Exception as exc:  # no world: every stage failed here, and says why (and who never came)
         missing = exc.missing if isinstance(exc, _Missing) else None
@@ -47,24 +50,37 @@ def main(spec_path: str, rank_arg: str) -> int:
                                       "error": f"rendezvous: {type(exc).__name__}: {_first_line(exc)}",
                                       "rendezvous_failed": True, "missing_ranks": missing})
         return 0
-    for stage in spec["stages"]:
+    for i, stage in enumerate(spec["stages"]):
         started = time.monotonic()
         try:
             detail = STAGES[stage](rank=rank, machine=machine, faults=faults, groups=groups, spec=spec)
             status = "ok"
         except Exception as exc:  # a timed-out or broken collective is a finding, not a crash
             detail, status = {"error": f"{type(exc).__name__}: {_first_line(exc)}"}, "failed"
-        _write(out, stage, rank, {"machine": machine, "status": status, "elapsed_s": time.monotonic() - started,
-                                  **detail})
+        record = _write(out, stage, rank, {"machine": machine, "status": status,
+                                           "elapsed_s": time.monotonic() - started, **detail})
+        if i == len(spec["stages"]) - 1 or stage not in EARLY_STOP_STAGES:
+            continue
+        try:
+            named = go_on(store, stage=stage, rank=rank, world=world, record=record, machines=machines, ppn=ppn,
+                          timeout_s=float(spec["timeout_s"]))
+        except Exception:  # rank 0's store is gone: the check stopped without this (late) rank
+            named, gone = [], True
+        else:
+            gone = False
+        if named or gone:  # rank 0 named a machine: the check ends here, for every rank
+            _write(out, "stopped", rank, {"machine": machine, "after": stage, "named": named})
+            return 0
     return 0
 
 
-def _write(out: Path, stage: str, rank: int, record: dict[str, Any]) -> None:
-    """One stage's record, atomically (the machine's runner never reads half a file)."""
+def _write(out: Path, stage: str, rank: int, record: dict[str, Any]) -> dict[str, Any]:
+    """One stage's record, atomically (the machine's runner never reads half a file); returns it."""
     record = {"rank": rank, "pid": os.getpid(), "parent": os.getppid(), **record}
     tmp = out / f"{stage}-{rank}.part"
     tmp.write_text(json.dumps(record))
     os.replace(tmp, out / f"{stage}-{rank}.json")
+    return record
 
 
 def _first_line(exc: BaseException) -> str:

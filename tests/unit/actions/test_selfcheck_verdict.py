@@ -220,3 +220,17 @@ def test_when_rank_0_never_came_the_machine_that_wrote_nothing_is_named() -> Non
     rendezvous_failed(reports, "n0", None)
     report = aggregate(MACHINES, reports, ppn=2)
     assert report.stage == "rendezvous" and report.culprits == [] and not report.passed
+
+
+def test_rank_0s_early_stop_names_the_machine_when_a_late_record_hides_it() -> None:
+    reports = world()
+    for m in MACHINES:  # rank 0 named n2 after all_to_all (its ranks were quiet); every rank stopped there
+        reports[m].update(stopped_after="all_to_all", referee_named=["n2"])  # type: ignore[union-attr]
+        reports[m]["stages"]["all_gather"] = []  # type: ignore[index]
+        reports[m]["stages"]["bitwise"] = []  # type: ignore[index]
+    reports["n2"]["referee_named"] = []  # type: ignore[index]  # its late rank found rank 0's store gone
+    report = aggregate(MACHINES, reports, ppn=2)  # n2's records came late: act's own reading names no one
+    assert report.stage == "all_to_all" and report.culprits == ["n2"]
+    assert report.stages[1].detail["named_by"].startswith("rank 0")
+    reports["n1"]["stages"]["all_to_all"][0]["status"] = "failed"  # type: ignore[index]
+    assert aggregate(MACHINES, reports, ppn=2).culprits == ["n1"]  # act's own reading, when it names someone
