@@ -175,9 +175,12 @@ def test_a_silent_agent_is_named_not_passed(kafka: str, topic_prefix: str, tmp_p
     assert step.status == "failed" and step.details["stage"] == "agents" and step.details["culprits"] == ["n3"]
     assert step.details["silent"] == ["n3"]
     assert_each_agent_ran_only_its_own_ranks(tap, pids, ["n1", "n2"])
+    missing: set[int] = set()
     for node, report in agent_reports(tap).items():  # the others waited at the rendezvous for n3's rank
         records = [r for rs in report["stages"].values() for r in rs]
-        assert records and all(r["rendezvous_failed"] and r["missing_ranks"] == [2] for r in records), node
+        assert records and all(r["rendezvous_failed"] for r in records), node
+        missing |= {m for r in records for m in r["missing_ranks"] or []}  # None: rank 0's store went first
+    assert missing == {2}
     stops = [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "stop"]
     assert stops and all(s.nodes == ["n3"] for s in stops)  # the eviction goes to the silent machine only
 
