@@ -8,9 +8,9 @@ isolate fast rather than diagnose exactly, treat code errors as first-class
 (roll back, do not evict), and keep recovery predictable (restart from a
 known checkpoint, on a known set of nodes).
 
-Plan steps can refer to earlier steps through `params`:
-`nodes_from` (evict whom step i named), `only_if_failed` (run only if step i
-failed) and `from_replay` (the machine the two replay phases name).
+Plan steps refer to earlier steps through typed fields (schemas/plan.py):
+`when` (run only if step i failed) and `targets_from` (evict whom step i
+named, or the machine the two replay phases name).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from actions.replay import plan_regroupings
 from actions.topology import Topology
 from detectors.base import anomaly_id
 from detectors.common import Bounded
-from schemas.records import Decision, Incident, JobTopology, PlannedAction
+from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit, StepCondition, StepRef
+from schemas.records import Decision, Incident, JobTopology
 
 SELF_CHECKS = ["dcgm", "all_to_all", "all_gather", "bitwise"]
 
@@ -134,7 +135,7 @@ class DecisionEngine:
                 reason=f"network fault on {', '.join(nodes)} confirmed {confirmations} time(s): evict and restart",
                 inputs={"confirmations": confirmations}, alternatives=alternatives)
         plan = [PlannedAction(action="self_check", nodes=nodes, params={"checks": ["all_gather"]}),
-                *self._evict_and_restart(inc, nodes, only_if_failed=0)]
+                *self._evict_and_restart(inc, nodes, when=StepCondition(step=0))]
         return self._decision(
             inc, rule="network.confirm_then_evict", plan=plan,
             reason=f"network fault on {', '.join(nodes)} seen once: confirm with an all-gather self-check, "
@@ -167,7 +168,7 @@ class DecisionEngine:
         machines = topo.nodes
         step = len(first)
         plan = first + [PlannedAction(action="self_check", nodes=machines, params={"checks": SELF_CHECKS})]
-        plan += self._evict_and_restart(inc, [], nodes_from=step)
+        plan += self._evict_and_restart(inc, [], targets_from=CulpritsOf(step=step))
         return self._decision(
             inc, rule=f"{kind}.stop_time_diagnosis", plan=plan,
             reason=f"{kind} with no clear outlier: stop and run the hierarchical self-check on "
@@ -211,13 +212,13 @@ class DecisionEngine:
         # If the replay cannot reproduce the corruption (a transient flip), an unambiguous checksum
         # vote of the replicas (>= 3 agreeing against one) still names the machine.
         voted = list(inc.nodes) if inc.nodes and not inc.evidence.get("ambiguous", True) else []
-        locate_params: dict[str, Any] = {"from_replay": [1, 2], "fallback_nodes": voted}
+        located = ReplayCulprit(phases=(1, 2), fallback_nodes=tuple(voted))
         # Stop first: every step trained on corrupt weights is wasted, and the replay takes minutes.
         plan = [PlannedAction(action="stop", nodes=machines, params={"reason": f"{inc.kind}: stop before diagnosis"}),
                 PlannedAction(action="replay_regroup", nodes=machines, params={"phase": 1, "groups": replay.phase1}),
                 PlannedAction(action="replay_regroup", nodes=machines, params={"phase": 2, "groups": replay.phase2}),
-                PlannedAction(action="evict_node", params=dict(locate_params)),
-                PlannedAction(action="swap_standby", params=dict(locate_params)),
+                PlannedAction(action="evict_node", targets_from=located),
+                PlannedAction(action="swap_standby", targets_from=located),
                 restart]
         return self._decision(
             inc, rule=rule, plan=plan,
@@ -278,20 +279,15 @@ class DecisionEngine:
             return None  # malformed evidence: decide as if no topology were known
         return Topology.from_record(record)
 
-    def _evict_and_restart(self, inc: Incident, nodes: list[str], *, only_if_failed: int | None = None,
-                           nodes_from: int | None = None, ckpt: Checkpoint | None = None) -> list[PlannedAction]:
-        cond: dict[str, Any] = {}
-        if only_if_failed is not None:
-            cond["only_if_failed"] = only_if_failed
-        if nodes_from is not None:
-            cond["nodes_from"] = nodes_from
+    def _evict_and_restart(self, inc: Incident, nodes: list[str], *, when: StepCondition | None = None,
+                           targets_from: StepRef | None = None, ckpt: Checkpoint | None = None) -> list[PlannedAction]:
         ckpt = ckpt or self.checkpoints.latest(inc.job, lost_nodes=set(nodes))
-        # The restart does not depend on the diagnosis: a stopped or hung job must train again even
-        # when the self-check named no machine (then nothing is evicted and all nodes restart).
-        restart_cond = {k: v for k, v in cond.items() if k != "nodes_from"}
-        return [PlannedAction(action="evict_node", nodes=nodes, params={"reason": inc.kind, **cond}),
-                PlannedAction(action="swap_standby", nodes=nodes, params=dict(cond)),
-                PlannedAction(action="restart_from_checkpoint", params={**_ckpt_params(ckpt), **restart_cond})]
+        # The restart does not take its targets from the diagnosis: a stopped or hung job must train
+        # again even when the self-check named no machine (then nothing is evicted and all nodes restart).
+        return [PlannedAction(action="evict_node", nodes=nodes, params={"reason": inc.kind}, when=when,
+                              targets_from=targets_from),
+                PlannedAction(action="swap_standby", nodes=nodes, when=when, targets_from=targets_from),
+                PlannedAction(action="restart_from_checkpoint", params=_ckpt_params(ckpt), when=when)]
 
     def _escalate(self, inc: Incident, rule: str, reason: str) -> Decision:
         return self._decision(inc, rule=rule, reason=reason,

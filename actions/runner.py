@@ -1,11 +1,14 @@
 """Carry out a decision's plan, step by step, safely and exactly once.
 
-For each step the runner first looks in the journal: a step with a result is
-never repeated (that is what makes a killed consumer resume cleanly). Then
-it resolves references to earlier steps (whom a self-check named, whether a
-check failed), passes evictions through the circuit breaker and the cooldown,
-gives the command an unpredictable id, hands it to the executor for its kind, and journals the
-result before moving on. Every decision, command and result is audited.
+Before a plan starts, every step it has left must have an enabled executor
+(`Routes`): a plan that would evict and then find nobody to restart the job
+fails before its first step. For each step the runner first looks in the
+journal: a step with a result is never repeated (that is what makes a killed
+consumer resume cleanly). Then it resolves the step's typed references to
+earlier steps (`when`, `targets_from`: whether a check failed, whom it named),
+passes evictions through the circuit breaker and the cooldown, gives the
+command an unpredictable id, hands it to the executor that handles its action,
+and journals the result before moving on. Every decision, command and result is audited.
 Rail state (breaker, cooldown, standby pool) is journaled so it survives a
 restart.
 """
@@ -21,6 +24,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from actions.executors.base import Clock, Executor
+from actions.executors.registry import Routes
 from actions.journal import Journal
 from actions.replay import ReplayPlan, locate
 from actions.safety import CircuitBreaker, Cooldown, needs_approval
@@ -30,7 +34,8 @@ from actions.standby import PoolExhausted, StandbyPool
 from actions.topology import Topology
 from detectors.common import Bounded
 from schemas.actions import CLUSTER_ACTIONS, DIAGNOSES, REMOVES_NODE, RESTARTS_JOB, STOP_PLAN_ON_FAILURE
-from schemas.records import ActionCommand, ActionResult, AuditEntry, Decision, PlannedAction, Record
+from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit
+from schemas.records import ActionCommand, ActionResult, AuditEntry, Decision, Record
 from schemas.signing import new_command_id
 
 Emit = Callable[[Record], None]  # where the runner writes commands, results and audit entries
@@ -59,7 +64,7 @@ class Rails:
 class PlanRunner:
     """Executes decisions through executors, journaled and audited."""
 
-    def __init__(self, *, journal: Journal, rails: Rails, node_executor: Executor, cluster_executor: Executor,
+    def __init__(self, *, journal: Journal, rails: Rails, executors: Routes | list[Executor],
                  sink: Emit, clock: Clock, topologies: dict[str, Topology] | None = None,
                  reported_attempt: Callable[[str], int] | None = None, max_jobs: int = 4096,
                  fanout: FanOut | None = None) -> None:
@@ -68,8 +73,7 @@ class PlanRunner:
         # Plans of different jobs run on threads; rails and bookkeeping change only under this
         # lock, which is released while an executor waits for agents (seconds to minutes).
         self.lock = threading.RLock()
-        self.node_executor = node_executor
-        self.cluster_executor = cluster_executor
+        self.routes = executors if isinstance(executors, Routes) else Routes(executors)
         self.sink = sink
         self.clock = clock
         self.topologies = topologies if topologies is not None else {}
@@ -103,6 +107,8 @@ class PlanRunner:
         """Execute (or resume) a planned decision; return it with its final status."""
         if decision.dry_run or decision.status != "planned":
             return decision
+        if missing := self._unhandled(decision):
+            return self._finish(decision, "failed", missing)
         results: dict[int, ActionResult] = {}
         status = "executed"
         for idx, step in enumerate(decision.plan):
@@ -121,9 +127,30 @@ class PlanRunner:
             if done.status in ("failed", "rejected") and step.action in STOP_PLAN_ON_FAILURE:
                 status = "failed"
                 break
+        return self._finish(decision, status)
+
+    def _unhandled(self, decision: Decision) -> list[str]:
+        """The actions of the steps still to run that no enabled executor handles (journaled as failed)."""
+        pending = [(i, s) for i, s in enumerate(decision.plan) if self.journal.step_result(decision.id, i) is None]
+        missing = self.routes.unhandled(s.action for _, s in pending)
+        enabled = ", ".join(self.routes.names) or "none"
+        for idx, step in pending:
+            if step.action in missing:
+                why = f"no enabled executor handles {step.action} (enabled: {enabled}); the plan stops here"
+                self.journal.record_step(decision.id, idx, self._result(decision, idx, step.action, "failed", why),
+                                         state={"rails": self._state()})
+        if missing:
+            self._audit("unhandled", decision.id, {"incident": decision.incident_id, "actions": missing,
+                                                   "executors": self.routes.names})
+        return missing
+
+    def _finish(self, decision: Decision, status: str, unhandled: list[str] | None = None) -> Decision:
         final = msgspec.structs.replace(decision, status=status)
         self.journal.update_decision(final)
-        self._audit("decision_" + status, decision.id, {"incident": decision.incident_id})
+        detail: dict[str, Any] = {"incident": decision.incident_id}
+        if unhandled:
+            detail["unhandled"] = unhandled
+        self._audit("decision_" + status, decision.id, detail)
         return final
 
     @_locked
@@ -162,10 +189,9 @@ class PlanRunner:
 
     def _step(self, decision: Decision, idx: int, step: PlannedAction,
               results: dict[int, ActionResult]) -> ActionResult:
-        params = dict(step.params)
-        cond = params.get("only_if_failed")
-        if cond is not None and results.get(int(cond), _NONE).status != "failed":
-            return self._result(decision, idx, step.action, "skipped", f"step {cond} did not fail; not needed")
+        if step.when is not None and (ended := results.get(step.when.step, _NONE).status) != step.when.status:
+            return self._result(decision, idx, step.action, "skipped",
+                                f"step {step.when.step} ended {ended}, not {step.when.status}; not needed")
         nodes = self._nodes_for(decision, step, results)
         if nodes is None:
             return self._result(decision, idx, step.action, "skipped", "the diagnosis named no machine")
@@ -174,6 +200,8 @@ class PlanRunner:
             return self._result(decision, idx, "escalate", "ok", "escalated to an operator")
         if step.action == "swap_standby":
             return self._swap(decision, idx, nodes)
+        if step.action == "none":
+            return self._result(decision, idx, "none", "ok", "nothing to do")
         if step.action in REMOVES_NODE:
             verdict = self.rails.cooldown.check(nodes, ts=decision.ts)
             if verdict.allowed:
@@ -182,10 +210,7 @@ class PlanRunner:
             if not verdict.allowed:
                 self._audit("blocked", decision.id, {"step": idx, "reason": verdict.reason, "nodes": nodes})
                 return self._result(decision, idx, step.action, "rejected", verdict.reason)
-        params.pop("only_if_failed", None)
-        params.pop("nodes_from", None)
-        params.pop("from_replay", None)
-        params.pop("fallback_nodes", None)
+        params = dict(step.params)
         if step.action in RESTARTS_JOB:
             params["exclude_nodes"] = sorted(self.evicted.get(decision.job, set()))
             params["standby"] = dict(self.rails.pool.swaps)
@@ -214,7 +239,9 @@ class PlanRunner:
         counts as done, so the node is recorded as evicted all the same.
         """
         targets = list(command.nodes) if targets is None else targets  # a command names exactly its targets
-        executor = self.cluster_executor if step.action in CLUSTER_ACTIONS else self.node_executor
+        executor = self.routes.for_action(step.action)
+        if executor is None:  # checked before the plan started; only a config change mid-plan gets here
+            return self._result(decision, idx, step.action, "failed", f"no enabled executor handles {step.action}")
         self.lock.release()  # held once, by `run`: other jobs' plans go on while this one waits
         try:
             if step.action in DIAGNOSES:
@@ -232,15 +259,14 @@ class PlanRunner:
         return result
 
     def _nodes_for(self, decision: Decision, step: PlannedAction, results: dict[int, ActionResult]) -> list[str] | None:
-        params = step.params
-        if "from_replay" in params:
-            i, j = (int(x) for x in params["from_replay"])
+        ref = step.targets_from
+        if isinstance(ref, ReplayCulprit):
+            i, j = ref.phases
             plan = ReplayPlan(decision.plan[i].params["groups"], decision.plan[j].params["groups"])
             culprit = locate(plan, _failed_groups(results.get(i)), _failed_groups(results.get(j)))
-            fallback = [str(n) for n in params.get("fallback_nodes") or []]
-            return [culprit] if culprit else (fallback or None)
-        if "nodes_from" in params:
-            named = results.get(int(params["nodes_from"]), _NONE).details.get("culprits") or []
+            return [culprit] if culprit else (list(ref.fallback_nodes) or None)
+        if isinstance(ref, CulpritsOf):
+            named = results.get(ref.step, _NONE).details.get("culprits") or []
             return [str(n) for n in named] or None
         return list(step.nodes)
 

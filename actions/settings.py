@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class KubernetesSettings(BaseModel):
@@ -67,7 +67,11 @@ class ActionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dry_run: bool = False
-    executor: str = Field("local", pattern="^(local|kubernetes|slurm)$")
+    executors: list[str] = Field(default_factory=list, description="enabled executors in priority order: each "
+                                 "action goes to the first that handles it, e.g. [kubernetes, local]; a plan with "
+                                 "an action none handles fails before it starts. Empty: [local] (or `executor`)")
+    executor: str = Field("", description="older form: one executor for evictions plus the node agents "
+                          "(`kubernetes` = executors [kubernetes, local]); set executors or executor, not both")
     group_id: str = "trainguard-actions"
     state_dir: Path = Field(Path(".trainguard/actions"), description="journal of decisions and plan steps")
     breaker_max_fraction: float = Field(0.25, gt=0, le=1, description="max fraction of nodes evicted per window")
@@ -93,3 +97,29 @@ class ActionSettings(BaseModel):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     selfcheck: SelfCheckSettings = Field(default_factory=SelfCheckSettings)
+
+    @field_validator("executors")
+    @classmethod
+    def _registered(cls, names: list[str]) -> list[str]:
+        from actions.executors.registry import check_names
+
+        return check_names(names) if names else names
+
+    @field_validator("executor")
+    @classmethod
+    def _registered_one(cls, name: str) -> str:
+        from actions.executors.registry import check_names
+
+        return check_names([name])[0] if name else name
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ActionSettings:
+        if self.executors and self.executor:
+            raise ValueError("set actions.executors or the older actions.executor, not both")
+        return self
+
+    def enabled_executors(self) -> list[str]:
+        """The executors act enables, in priority order (`executors`, else `executor` expanded, else local)."""
+        from actions.executors.registry import LOCAL, expand_legacy
+
+        return list(self.executors) or (expand_legacy(self.executor) if self.executor else [LOCAL])

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from schemas.codec import AnyRecord, Codec
-from schemas.records import GpuStats, NodeGpuSample, XidEvent
+from schemas.records import GpuStats, NodeGpuSample, TrainingStep, XidEvent
 
 TARGET_PER_S = 500_000
 
@@ -32,6 +32,13 @@ def sample(gpus: int = 8) -> NodeGpuSample:
                        nvlink_errors=0, pcie_replays=2) for i in range(gpus)],
         xids=[XidEvent(gpu=3, code=63, ts=1_764_000_000.0, message="row remapping")],
     )
+
+
+def step() -> TrainingStep:
+    """A training step as the hook sends it (finite loss and grad norm: the common case)."""
+    return TrainingStep(ts=1_764_000_000.123, job="llm-pretrain-7", rank=1234, node="node-0417", step=52_311,
+                        loss=2.1345, grad_norm=0.913, tokens=4_194_304, step_time_s=1.92, compute_time_s=1.61,
+                        mfu=0.412, dp=38, tp=2, pp=1, checksum="9f2c41aa")
 
 
 def rate(fn: Callable[[], Any], seconds: float) -> float:
@@ -56,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     packed = msgspec.msgpack.encode(sample_obj)  # reference only: the wire format is JSON
     packed_decoder = msgspec.msgpack.Decoder(NodeGpuSample)
     codec = Codec()
+    step_obj = step()
+    step_data = codec.encode(step_obj)
     union = msgspec.json.Decoder(AnyRecord)
     typed = msgspec.json.Decoder(NodeGpuSample)
     variants: dict[str, Callable[[], Any]] = {
@@ -65,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "msgspec Decoder(NodeGpuSample), bare": lambda: typed.decode(data),
         "msgspec msgpack Decoder(NodeGpuSample), bare": lambda: packed_decoder.decode(packed),
         "Codec.encode": lambda: codec.encode(sample_obj),
+        "Codec.decode(TrainingStep payload)": lambda: codec.decode(step_data),
+        "Codec.encode(TrainingStep)": lambda: codec.encode(step_obj),
     }
     print(f"payload: 8-GPU NodeGpuSample, {len(data)} bytes of JSON ({len(packed)} as msgpack); "
           f"one core; target >= {TARGET_PER_S:,}/s")

@@ -240,7 +240,7 @@ def _fault(i: int) -> TrainingStep | NodeGpuSample:
     """The i-th injected fault, stamped with the send time: an XID 79 or a NaN loss."""
     now = time.time()
     if i % 2:
-        return TrainingStep(ts=now, job=f"nan-{i}", rank=0, node="node-0000", step=1, loss="nan")
+        return TrainingStep(ts=now, job=f"nan-{i}", rank=0, node="node-0000", step=1, loss=float("nan"))
     return NodeGpuSample(ts=now, node=f"xid-{i}", job="bench", gpus=sample().gpus,
                          xids=[XidEvent(gpu=0, code=79, ts=now, message="GPU has fallen off the bus")])
 

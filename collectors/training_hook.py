@@ -36,7 +36,7 @@ from typing import IO, Any
 
 from collectors.sink import ClosingSink
 from collectors.topology import Placement, coordinates, placement
-from schemas.records import CheckpointEvent, Heartbeat, JobTopology, Phase, PhaseChange, Record, TrainingStep, metric
+from schemas.records import CheckpointEvent, Heartbeat, JobTopology, Phase, PhaseChange, Record, TrainingStep
 from schemas.topics import Topics
 
 # Dense bf16 peak FLOP/s by GPU model name fragment (vendor data sheets).
@@ -144,7 +144,7 @@ class TrainingMonitor:
             checksum = param_checksum(self.model.parameters())
         record = TrainingStep(
             ts=self._clock(), job=self.job, rank=self.where.rank, node=self.where.node, step=self.current_step,
-            loss=_metric(loss), grad_norm=None if grad_norm is None else _metric(grad_norm), tokens=tokens,
+            loss=float(loss), grad_norm=None if grad_norm is None else float(grad_norm), tokens=tokens,
             step_time_s=step_time_s, compute_time_s=compute_time_s, mfu=self._mfu(tokens, step_time_s),
             dp=self.dp_index, tp=self.tp_index, pp=self.pp_index, checksum=checksum,
             code_version=self.code_version, attempt=self.attempt,
@@ -273,10 +273,6 @@ def _write_progress(directory: Path, step: int, phase: str, rank: int) -> None:
         os.replace(tmp, directory / f"{os.getpid()}.json")
     except OSError:
         pass  # liveness reporting must never break training
-
-
-def _metric(value: Any) -> Any:
-    return metric(float(value))
 
 
 def _torch_dist() -> Any:

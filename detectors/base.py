@@ -1,7 +1,10 @@
 """The detector protocol, in the spirit of river: tiny and explicit.
 
-* `observe(record)` takes one record (in event-time order) and returns the
-  anomalies it reveals, usually none.
+* Handlers per record type: a method decorated `@on(TrainingStep)` digests
+  one training step (in event-time order) and returns the anomalies it
+  reveals, usually none. The declarations are all a pipeline needs to route
+  records (see `detectors.dispatch`); `observe(record)` runs the handlers of
+  one record for code that drives a single detector.
 * `tick(ts)` advances event time without a record. A hang produces no
   events, so time-based rules fire from here; the worker calls it with the
   newest event time it has seen.
@@ -15,9 +18,10 @@
 from __future__ import annotations
 
 import hashlib
-from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from abc import ABC
+from typing import Any
 
+from detectors.dispatch import HandlerError, handlers
 from schemas.records import Anomaly, Record
 
 
@@ -27,21 +31,35 @@ def anomaly_id(*parts: object) -> str:
     return hashlib.blake2b(raw, digest_size=10).hexdigest()
 
 
-class Detector(ABC):
+class Detector(ABC):  # noqa: B024 - a base to subclass; what it must add are @on handlers, not overrides
     """Base class of every detector, built-in or plug-in.
 
-    Subclasses set `consumes` (record type tags they want) and implement
-    `observe`; time-based detectors also override `tick`.
+    Subclasses declare a handler per record type they read (`@on(...)`,
+    `detectors.dispatch`); time-based detectors also override `tick`.
     """
 
-    consumes: ClassVar[frozenset[str]] = frozenset()
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for legacy in ("observe", "consumes"):  # the pipeline reads neither: records would be dropped silently
+            if legacy in vars(cls):
+                raise HandlerError(f"{cls.__name__} defines `{legacy}`; declare a handler per record type with "
+                                   "@on(RecordType) instead (detectors.dispatch)")
 
     def __init__(self, *, instance: str = "") -> None:
         self.instance = instance or type(self).__name__
 
-    @abstractmethod
     def observe(self, record: Record) -> list[Anomaly]:
-        """Digest one record; return the anomalies it reveals."""
+        """Run this detector's handlers of `record`'s type (none: nothing); the anomalies they reveal.
+
+        The pipeline calls the handlers directly from its own table; this is
+        for tests, benchmarks and tools that feed one detector.
+        """
+        out: list[Anomaly] = []
+        for name in handlers(type(self)).get(record.__class__, ()):
+            found = getattr(self, name)(record)
+            if found:
+                out.extend(found)
+        return out
 
     @classmethod
     def example(cls) -> Detector:

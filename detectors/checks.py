@@ -1,8 +1,10 @@
 """The detector conformance suite, importable by plug-in authors (after river's `check_estimator`).
 
 `check_detector(cls)` builds `cls.example()` and checks the promises the
-`Detector` protocol makes to the pipeline: it survives a pickle round-trip
-mid-stream (workers checkpoint and move detectors), it is deterministic
+`Detector` protocol makes to the pipeline: its `@on` handlers are declared
+for record types a pipeline is fed, it survives a pickle round-trip
+mid-stream, alone and inside a pipeline's snapshot (workers checkpoint and
+move detectors), it is deterministic
 (backtests replay), it never mutates its input (records are shared between
 detectors), its state stays bounded on a long stream (workers run for
 months), `tick` is safe at any time, every anomaly uses one of the eight
@@ -23,6 +25,8 @@ from collections.abc import Callable
 import msgspec
 
 from detectors.base import Detector
+from detectors.dispatch import HandlerError, handlers
+from detectors.pipeline import DetectionPipeline
 from detectors.synthetic import Fleet, mixed_stream
 from schemas.records import ANOMALY_KINDS, Anomaly, Record
 
@@ -48,6 +52,16 @@ def run(det: Detector, records: list[Record]) -> list[bytes]:
     return [msgspec.json.encode(a) for a in feed(det, records)]
 
 
+def check_handlers_are_declared_for_fed_record_types(cls: type[Detector], stream: list[Record]) -> None:
+    try:
+        table = handlers(cls)
+    except HandlerError as exc:
+        raise AssertionError(str(exc)) from None
+    for names in table.values():
+        for name in names:
+            assert callable(getattr(cls, name, None)), f"{cls.__name__}.{name} is declared a handler but not a method"
+
+
 def check_pickle_round_trip_mid_stream(cls: type[Detector], stream: list[Record]) -> None:
     whole = run(cls.example(), stream)
     half = len(stream) // 2
@@ -55,6 +69,20 @@ def check_pickle_round_trip_mid_stream(cls: type[Detector], stream: list[Record]
     head = run(first, stream[:half])
     revived = pickle.loads(pickle.dumps(first))
     assert head + run(revived, stream[half:]) == whole, f"{cls.__name__} differs after a pickle round-trip"
+
+
+def check_pipeline_snapshot_mid_stream(cls: type[Detector], stream: list[Record]) -> None:
+    """What a worker does (streams.state): pickle the whole pipeline mid-stream, restore it, carry on."""
+
+    def drive(pipeline: DetectionPipeline, records: list[Record]) -> list[bytes]:
+        return [msgspec.json.encode(a) for r in records for a in pipeline.process(r)[0]]
+
+    half = len(stream) // 2
+    whole = drive(DetectionPipeline([cls.example()]), stream)
+    first = DetectionPipeline([cls.example()])
+    head = drive(first, stream[:half])
+    revived = pickle.loads(pickle.dumps(first, protocol=pickle.HIGHEST_PROTOCOL))
+    assert head + drive(revived, stream[half:]) == whole, f"{cls.__name__} differs after a pipeline snapshot"
 
 
 def check_deterministic(cls: type[Detector], stream: list[Record]) -> None:
@@ -100,7 +128,9 @@ def check_has_a_passing_docstring_example(cls: type[Detector], stream: list[Reco
 
 
 CHECKS: tuple[Check, ...] = (
+    check_handlers_are_declared_for_fed_record_types,
     check_pickle_round_trip_mid_stream,
+    check_pipeline_snapshot_mid_stream,
     check_deterministic,
     check_input_is_not_mutated,
     check_state_is_bounded_on_a_long_stream,

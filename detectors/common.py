@@ -6,6 +6,8 @@
 * `Bounded` is a dict that forgets its oldest keys beyond a cap, so a
   detector's state stays bounded on an endless stream of new jobs or nodes.
 * `finding()` builds an `Anomaly` with a deterministic id.
+* `Snapshottable` is how detector state pickles: the worker snapshots
+  every task's pipeline on its hot loop (streams.state).
 
 Everything here is pure and picklable.
 """
@@ -13,7 +15,7 @@ Everything here is pure and picklable.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from detectors.base import anomaly_id
 from schemas.records import Anomaly
@@ -22,7 +24,60 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-class Rolling:
+class Snapshottable:
+    """Pickles an object's state, less its `transient` fields, which `restore()` rebuilds.
+
+    A slotted class (the per-job and per-GPU records detectors keep by the
+    thousand) pickles as a bare tuple of its slot values, in slot order: no
+    names and no dict per object, so a worker's snapshot stays small and fast.
+    Any other class pickles its `__dict__`. Caches and tables derived from the
+    rest are declared `transient` and rebuilt on restore, never stored.
+
+    >>> class Box(Snapshottable):
+    ...     __slots__ = ("items", "count")
+    ...     transient = ("count",)
+    ...     def __init__(self) -> None:
+    ...         self.items, self.count = [1, 2], 2
+    ...     def restore(self) -> None:
+    ...         self.count = len(self.items)
+    >>> state = Box().__getstate__()  # what pickle stores
+    >>> state
+    ([1, 2],)
+    >>> back = Box.__new__(Box); back.__setstate__(state)  # what pickle does on load
+    >>> back.items, back.count
+    ([1, 2], 2)
+    """
+
+    __slots__ = ()
+    transient: ClassVar[tuple[str, ...]] = ()
+    _kept: ClassVar[tuple[str, ...]] = ()  # the slots that pickle, in order (derived per class)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        slots: list[str] = []
+        for klass in reversed(cls.__mro__):
+            declared = vars(klass).get("__slots__", ())
+            slots += [declared] if isinstance(declared, str) else list(declared)
+        cls._kept = tuple(s for s in slots if s not in cls.transient and s not in ("__dict__", "__weakref__"))
+
+    def __getstate__(self) -> Any:
+        if hasattr(self, "__dict__"):
+            return {k: v for k, v in vars(self).items() if k not in self.transient}
+        return tuple(getattr(self, name) for name in self._kept)
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, dict):
+            vars(self).update(state)
+        else:
+            for name, value in zip(self._kept, state):
+                setattr(self, name, value)
+        self.restore()
+
+    def restore(self) -> None:
+        """Rebuild the transient fields after unpickling (default: none to rebuild)."""
+
+
+class Rolling(Snapshottable):
     """The last `size` values with a lazily recomputed median and MAD.
 
     >>> r = Rolling(5)
@@ -33,6 +88,7 @@ class Rolling:
     """
 
     __slots__ = ("size", "values", "_median", "_mad")
+    transient = ("_median", "_mad")
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -40,12 +96,8 @@ class Rolling:
         self._median: float | None = None
         self._mad: float | None = None
 
-    def __getstate__(self) -> tuple[int, list[float]]:
-        return self.size, list(self.values)
-
-    def __setstate__(self, state: tuple[int, list[float]]) -> None:
-        self.size = state[0]
-        self.values = deque(state[1], maxlen=state[0])
+    def restore(self) -> None:
+        self.values = deque(self.values, maxlen=self.size)  # (snapshots before the mixin held a list)
         self._median = self._mad = None
 
     def add(self, value: float) -> None:
@@ -68,21 +120,6 @@ class Rolling:
             m = self.median()
             self._mad = median([abs(v - m) for v in self.values])
         return self._mad
-
-
-def finite(value: object) -> bool:
-    """Whether a `Metric` (float, int, "nan", "inf" ...) is a finite number; None is not.
-
-    The fast path (a float) costs one subtraction: x - x is 0 only for finite x.
-
-    >>> finite(1.5), finite("nan"), finite(float("inf")), finite(None), finite(3)
-    (True, False, False, False, True)
-    """
-    if value.__class__ is float:
-        return value - value == 0.0  # type: ignore[operator]
-    if value.__class__ is int:
-        return True
-    return False
 
 
 def median(values: Any) -> float:

@@ -34,10 +34,9 @@ the job's nodes collapsing to ~0 is recorded as corroborating evidence.
 
 from __future__ import annotations
 
-from typing import Any
-
 from detectors.base import Detector
-from detectors.common import Bounded, Rolling, finding, rank_map
+from detectors.common import Bounded, Rolling, Snapshottable, finding, rank_map
+from detectors.dispatch import on
 from detectors.stacks import is_background_thread, is_observer_thread, outliers, signature
 from schemas.records import (
     Anomaly,
@@ -48,7 +47,6 @@ from schemas.records import (
     NodeGpuSample,
     PhaseChange,
     RdmaSample,
-    Record,
     StackSample,
     TrainingStep,
 )
@@ -60,7 +58,7 @@ BUSY_UTIL_PCT = 10.0  # above an idle GPU's reading noise
 SPIN_UTIL_PCT = 90.0
 
 
-class _Job:
+class _Job(Snapshottable):
     __slots__ = ("max_step", "attempt", "progress_ts", "intervals", "paused_by", "alive_ts", "fired",
                  "rank_step", "rank_node", "rank_beat", "stacks", "pause_ts", "pause_phase", "pauses", "announced",
                  "exit_ts", "pause_step", "pause_key", "resumed", "nodes", "spinning", "spin_ts", "saving",
@@ -92,13 +90,6 @@ class _Job:
         self.saving = False  # a checkpoint started and not yet saved
         self.last_pause: tuple[int, frozenset[str]] = (-1, frozenset())  # the step and phases of the last pause
 
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, s) for s in self.__slots__)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for name, value in zip(self.__slots__, state):
-            setattr(self, name, value)
-
 
 class HangDetector(Detector):
     """Fires when a live job stops completing steps; localises with stacks.
@@ -111,9 +102,6 @@ class HangDetector(Detector):
     >>> [(a.kind, a.onset) for a in d.tick(40.0)]
     [('hang', 4.0)]
     """
-
-    consumes = frozenset({"step", "heartbeat", "phase", "checkpoint", "stack", "gpu_sample", "rdma_sample", "log",
-                          "topology"})
 
     def __init__(
         self,
@@ -154,59 +142,70 @@ class HangDetector(Detector):
             self._jobs[name] = job = _Job(ts)
         return job
 
-    def observe(self, record: Record) -> list[Anomaly]:
-        if isinstance(record, TrainingStep):
-            self._step(record)
-        elif isinstance(record, Heartbeat):
-            job = self._job(record.job, record.ts)
-            job.alive_ts = max(job.alive_ts, record.ts)
-            job.rank_beat[record.rank] = record.ts
-            if record.rank not in job.rank_node:
-                self._place(job, record.job, record.rank, record.node)
-            self._phase(job, record.phase, record.rank, record.ts, record.step, announced=False)
-        elif isinstance(record, NodeGpuSample):
-            name = record.job or self._node_job.get(record.node)
-            if name and name in self._jobs and record.nvml_ok and record.gpus:
-                # Busy GPUs mean live processes (a hung collective spins at full utilisation); idle GPUs
-                # after a crash must not keep a dead job "alive".
-                job = self._jobs[name]
-                if any(g.util_pct >= BUSY_UTIL_PCT for g in record.gpus):
-                    job.alive_ts = max(job.alive_ts, record.ts)
-                self._busy[record.node] = min(g.util_pct for g in record.gpus) >= SPIN_UTIL_PCT
-                self._spin(job, record.node, record.ts)
-        elif isinstance(record, PhaseChange):
-            self._phase(self._job(record.job, record.ts), record.phase, record.rank, record.ts, record.step)
-        elif isinstance(record, CheckpointEvent):
-            job = self._job(record.job, record.ts)
-            job.saving = record.status == "started"
-            if job.saving:  # "saved" ends nothing: an async save finishes while steps run
-                self._phase(job, "checkpointing", record.rank, record.ts, record.step)
-        elif isinstance(record, StackSample):
-            if is_observer_thread(record.frames):
-                return []  # the hook's and Kafka's own threads look alike on every rank
-            job = self._job(record.job, record.ts)
-            prev = job.stacks.get(record.rank)
-            # One dump yields a sample per thread; the main thread speaks for the rank.
-            if prev is None or record.ts > prev[0] + 0.5 or not is_background_thread(record.frames):
-                job.stacks[record.rank] = (record.ts, signature(record.frames))
-            if record.rank not in job.rank_node:
-                self._place(job, record.job, record.rank, record.node)
-        elif isinstance(record, LogEvent):
-            # A process that exited is a crash or a restart, not a hang: its cause speaks through the
-            # logs or the hardware. Only if the job still makes no progress `exit_grace_s` later is it stuck.
-            exited = self._jobs.get(record.job)
-            if exited is not None and record.exit_code is not None:
-                exited.exit_ts = record.ts
-        elif isinstance(record, RdmaSample):
-            self._rdma[record.node] = sum(p.tx_bps + p.rx_bps for p in record.ports)
-            name = record.job or self._node_job.get(record.node)
-            if name and name in self._jobs:
-                self._spin(self._jobs[name], record.node, record.ts)
-        elif isinstance(record, JobTopology):
-            job = self._job(record.job, record.ts)
-            for rank, node in record.rank_nodes.items():
-                self._place(job, record.job, rank, node)
-        return []
+    @on(Heartbeat)
+    def _heartbeat(self, record: Heartbeat) -> None:
+        job = self._job(record.job, record.ts)
+        job.alive_ts = max(job.alive_ts, record.ts)
+        job.rank_beat[record.rank] = record.ts
+        if record.rank not in job.rank_node:
+            self._place(job, record.job, record.rank, record.node)
+        self._phase(job, record.phase, record.rank, record.ts, record.step, announced=False)
+
+    @on(NodeGpuSample)
+    def _gpu_sample(self, record: NodeGpuSample) -> None:
+        name = record.job or self._node_job.get(record.node)
+        if name and name in self._jobs and record.nvml_ok and record.gpus:
+            # Busy GPUs mean live processes (a hung collective spins at full utilisation); idle GPUs
+            # after a crash must not keep a dead job "alive".
+            job = self._jobs[name]
+            if any(g.util_pct >= BUSY_UTIL_PCT for g in record.gpus):
+                job.alive_ts = max(job.alive_ts, record.ts)
+            self._busy[record.node] = min(g.util_pct for g in record.gpus) >= SPIN_UTIL_PCT
+            self._spin(job, record.node, record.ts)
+
+    @on(PhaseChange)
+    def _phase_change(self, record: PhaseChange) -> None:
+        self._phase(self._job(record.job, record.ts), record.phase, record.rank, record.ts, record.step)
+
+    @on(CheckpointEvent)
+    def _checkpoint(self, record: CheckpointEvent) -> None:
+        job = self._job(record.job, record.ts)
+        job.saving = record.status == "started"
+        if job.saving:  # "saved" ends nothing: an async save finishes while steps run
+            self._phase(job, "checkpointing", record.rank, record.ts, record.step)
+
+    @on(StackSample)
+    def _stack(self, record: StackSample) -> None:
+        if is_observer_thread(record.frames):
+            return  # the hook's and Kafka's own threads look alike on every rank
+        job = self._job(record.job, record.ts)
+        prev = job.stacks.get(record.rank)
+        # One dump yields a sample per thread; the main thread speaks for the rank.
+        if prev is None or record.ts > prev[0] + 0.5 or not is_background_thread(record.frames):
+            job.stacks[record.rank] = (record.ts, signature(record.frames))
+        if record.rank not in job.rank_node:
+            self._place(job, record.job, record.rank, record.node)
+
+    @on(LogEvent)
+    def _log(self, record: LogEvent) -> None:
+        # A process that exited is a crash or a restart, not a hang: its cause speaks through the
+        # logs or the hardware. Only if the job still makes no progress `exit_grace_s` later is it stuck.
+        exited = self._jobs.get(record.job)
+        if exited is not None and record.exit_code is not None:
+            exited.exit_ts = record.ts
+
+    @on(RdmaSample)
+    def _rdma_sample(self, record: RdmaSample) -> None:
+        self._rdma[record.node] = sum(p.tx_bps + p.rx_bps for p in record.ports)
+        name = record.job or self._node_job.get(record.node)
+        if name and name in self._jobs:
+            self._spin(self._jobs[name], record.node, record.ts)
+
+    @on(JobTopology)
+    def _topology(self, record: JobTopology) -> None:
+        job = self._job(record.job, record.ts)
+        for rank, node in record.rank_nodes.items():
+            self._place(job, record.job, rank, node)
 
     def _place(self, job: _Job, name: str, rank: int, node: str) -> None:
         job.rank_node[rank] = node
@@ -226,6 +225,7 @@ class HangDetector(Detector):
         else:
             job.spin_ts = None
 
+    @on(TrainingStep)
     def _step(self, rec: TrainingStep) -> None:
         job = self._jobs.get(rec.job)
         if job is None:

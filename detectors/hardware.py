@@ -36,15 +36,16 @@ from collections import deque
 from typing import Any
 
 from detectors.base import Detector
-from detectors.common import Bounded, finding
+from detectors.common import Bounded, Snapshottable, finding
+from detectors.dispatch import on
 from detectors.xid import classify, is_fatal
-from schemas.records import Anomaly, GpuStats, LogEvent, NodeGpuSample, Record
+from schemas.records import Anomaly, GpuStats, LogEvent, NodeGpuSample
 
 NVML_HUNG = re.compile(r"timed out|still hung|NVML_ERROR_TIMEOUT|Timeout", re.IGNORECASE)
 XID_LINE = re.compile(r"\bXid\b\s*(?:\((?:PCI:)?(?P<pci>[^)]*)\))?\s*:?\s*(?P<code>\d+)")
 
 
-class _Gpu:
+class _Gpu(Snapshottable):
     """Last counters of one GPU, plus its recent NVLink error growth."""
 
     __slots__ = ("dbe", "remap_unc", "nvlink", "failed", "lost", "bursts")
@@ -57,12 +58,8 @@ class _Gpu:
         self.lost = g.lost
         self.bursts: deque[tuple[float, int]] = deque()
 
-    def __getstate__(self) -> tuple[Any, ...]:
-        return self.dbe, self.remap_unc, self.nvlink, self.failed, self.lost, list(self.bursts)
-
-    def __setstate__(self, s: tuple[Any, ...]) -> None:
-        self.dbe, self.remap_unc, self.nvlink, self.failed, self.lost = s[:5]
-        self.bursts = deque(s[5])
+    def restore(self) -> None:
+        self.bursts = deque(self.bursts)  # (snapshots before the mixin held a list)
 
 
 class HardwareDetector(Detector):
@@ -75,8 +72,6 @@ class HardwareDetector(Detector):
     >>> [a.gpus for a in d.observe(NodeGpuSample(ts=2.0, node="n0", xids=[XidEvent(gpu=0, code=79, ts=1.5)]))]
     [['n0:0']]
     """
-
-    consumes = frozenset({"gpu_sample", "log"})
 
     def __init__(
         self,
@@ -99,13 +94,16 @@ class HardwareDetector(Detector):
         self._node_job: Bounded[str, str] = Bounded(max(1, max_gpus // 8))
         self._now = float("-inf")
 
-    def observe(self, record: Record) -> list[Anomaly]:
+    @on(LogEvent)
+    def _log(self, record: LogEvent) -> list[Anomaly]:
         if record.ts > self._now:
             self._now = record.ts
-        if isinstance(record, LogEvent):
-            return self._xid_line(record)
-        if not isinstance(record, NodeGpuSample):
-            return []
+        return self._xid_line(record)
+
+    @on(NodeGpuSample)
+    def _sample(self, record: NodeGpuSample) -> list[Anomaly]:
+        if record.ts > self._now:
+            self._now = record.ts
         if record.job:
             self._node_job[record.node] = record.job
         if not record.nvml_ok:

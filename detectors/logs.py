@@ -26,7 +26,8 @@ from typing import Any
 
 from detectors.base import Detector
 from detectors.common import Bounded, finding
-from schemas.records import Anomaly, CheckpointEvent, LogEvent, Record
+from detectors.dispatch import on
+from schemas.records import Anomaly, CheckpointEvent, LogEvent
 
 INFRA = re.compile(
     r"NCCL|ProcessGroupNCCL|c10d|Watchdog caught collective|collective operation timeout|uncorrectable ECC|"
@@ -80,23 +81,22 @@ class UserErrorDetector(Detector):
     [('user_error', 'ImportError')]
     """
 
-    consumes = frozenset({"log", "checkpoint"})
-
     def __init__(self, *, instance: str = "user_error", cooldown_s: float = 120.0, max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)
         self.cooldown_s = cooldown_s
         self._fired: Bounded[str, float] = Bounded(max_jobs)
         self._code: Bounded[str, tuple[str, float, bool]] = Bounded(max_jobs)  # job -> (version, since, changed)
 
-    def observe(self, record: Record) -> list[Anomaly]:
-        if isinstance(record, CheckpointEvent):
-            if record.code_version:
-                seen = self._code.get(record.job)
-                if seen is None or seen[0] != record.code_version:
-                    self._code[record.job] = (record.code_version, record.ts, seen is not None)
-            return []
-        if not isinstance(record, LogEvent):
-            return []
+    @on(CheckpointEvent)
+    def _checkpoint(self, record: CheckpointEvent) -> None:
+        """The code version each checkpoint was written by: what an OOM is blamed on."""
+        if record.code_version:
+            seen = self._code.get(record.job)
+            if seen is None or seen[0] != record.code_version:
+                self._code[record.job] = (record.code_version, record.ts, seen is not None)
+
+    @on(LogEvent)
+    def _log(self, record: LogEvent) -> list[Anomaly]:
         if record.level.lower() in QUIET_LEVELS and record.exit_code is None and record.category != "traceback":
             return []  # a warning that mentions an exception name is not a failure
         verdict, match = classify(record)

@@ -13,18 +13,18 @@ Non-finite values belong to the NaN detector and are ignored here.
 
 from __future__ import annotations
 
-from typing import Any
+from math import isfinite
 
 from detectors.base import Detector
-from detectors.common import Bounded, Rolling, finding, finite
-from schemas.records import Anomaly, Record, TrainingStep
+from detectors.common import Bounded, Rolling, Snapshottable, finding
+from detectors.dispatch import on
+from schemas.records import Anomaly, TrainingStep
 
 FIELDS = ("loss", "grad_norm")
 INF = float("inf")
-NUMBERS = (float, int)
 
 
-class _Job:
+class _Job(Snapshottable):
     __slots__ = ("leader", "attempt", "base", "open", "limits")
 
     def __init__(self, leader: int, attempt: int, size: int) -> None:
@@ -33,12 +33,6 @@ class _Job:
         self.base = {f: Rolling(size) for f in FIELDS}
         self.open = False
         self.limits = (INF, INF)  # (loss, grad_norm) values at or above which a value is a spike
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return self.leader, self.attempt, self.base, self.open, self.limits
-
-    def __setstate__(self, s: tuple[Any, ...]) -> None:
-        self.leader, self.attempt, self.base, self.open, self.limits = s
 
 
 class LossSpikeDetector(Detector):
@@ -52,8 +46,6 @@ class LossSpikeDetector(Detector):
     >>> [(a.kind, a.step, a.evidence["field"]) for a in out]
     [('loss_spike', 6, 'loss')]
     """
-
-    consumes = frozenset({"step"})
 
     def __init__(
         self,
@@ -70,12 +62,11 @@ class LossSpikeDetector(Detector):
         self.min_baseline = min_baseline
         self._jobs: Bounded[str, _Job] = Bounded(max_jobs)
 
-    def observe(self, record: Record) -> list[Anomaly]:
-        if not isinstance(record, TrainingStep):
-            return []
+    @on(TrainingStep)
+    def _step(self, record: TrainingStep) -> list[Anomaly]:
         job = self._jobs.get(record.job)
         if job is None or record.attempt > job.attempt or (record.rank < job.leader and record.attempt == job.attempt):
-            if not (finite(record.loss) and record.loss > 0):  # type: ignore[operator]
+            if not (isfinite(record.loss) and record.loss > 0):
                 return []  # only a rank that reports a real loss can lead (pipeline stages may report 0)
             self._jobs[record.job] = job = _Job(record.rank, record.attempt, self.window)
         if record.attempt != job.attempt:
@@ -84,11 +75,11 @@ class LossSpikeDetector(Detector):
         lim_loss, lim_grad = job.limits
         leader = record.rank == job.leader
         spike: tuple[str, float, float] | None = None
-        # numbers are compared first (cheap); NaN never compares >=, +inf is ruled out by finite()
-        if loss.__class__ in NUMBERS and loss >= lim_loss and finite(loss):  # type: ignore[operator]
-            spike = ("loss", float(loss), lim_loss / self.ratio)  # type: ignore[arg-type]
-        elif grad.__class__ in NUMBERS and grad >= lim_grad and finite(grad):  # type: ignore[operator]
-            spike = ("grad_norm", float(grad), lim_grad / self.ratio)  # type: ignore[arg-type]
+        # compared first (cheap): NaN never compares >=, and isfinite rules out +inf
+        if loss >= lim_loss and isfinite(loss):
+            spike = ("loss", float(loss), lim_loss / self.ratio)
+        elif grad is not None and grad >= lim_grad and isfinite(grad):
+            spike = ("grad_norm", float(grad), lim_grad / self.ratio)
         elif leader and not job.open:
             self._learn(job, loss, grad)
         if spike is None:
@@ -104,13 +95,13 @@ class LossSpikeDetector(Detector):
                         evidence={"field": name, "value": value, "baseline": med, "ratio": round(value / med, 3),
                                   "rank": record.rank, "step": record.step})]
 
-    def _learn(self, job: _Job, loss: object, grad: object) -> None:
+    def _learn(self, job: _Job, loss: float, grad: float | None) -> None:
         """Add the leader's finite values to the baselines and refresh the limits."""
         limits = list(job.limits)
         for i, (name, value) in enumerate((("loss", loss), ("grad_norm", grad))):
-            if finite(value):
+            if value is not None and isfinite(value):
                 base = job.base[name]
-                base.add(float(value))  # type: ignore[arg-type]
+                base.add(float(value))
                 med = base.median()
                 limits[i] = self.ratio * med if len(base) >= self.min_baseline and med > 0 else INF
         job.limits = (limits[0], limits[1])

@@ -20,15 +20,15 @@ loss over a non-finite grad norm alone, and only then the timestamp.
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from math import isfinite
 
 from detectors.base import Detector, anomaly_id
-from detectors.common import Bounded, finite, rank_map
-from schemas.records import Anomaly, Record, TrainingStep, as_float
+from detectors.common import Bounded, Snapshottable, rank_map
+from detectors.dispatch import on
+from schemas.records import Anomaly, TrainingStep
 
 
-class _First:
+class _First(Snapshottable):
     """The earliest NaN seen of a job's unreported episode."""
 
     __slots__ = ("attempt", "step", "ts", "rank", "node", "fields", "seen", "heard")
@@ -38,13 +38,6 @@ class _First:
         self.fields = fields
         self.seen = rec.ts  # when the episode was first noticed
         self.heard: set[int] = set()  # ranks whose record of that step is in
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, s) for s in self.__slots__)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for name, value in zip(self.__slots__, state):
-            setattr(self, name, value)
 
 
 class NanDetector(Detector):
@@ -60,9 +53,10 @@ class NanDetector(Detector):
     >>> d = NanDetector()
     >>> d.observe(TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=1, loss=2.0))
     []
-    >>> d.observe(TrainingStep(ts=2.5, job="j", rank=3, node="n1", step=2, loss="nan"))
+    >>> nan = float("nan")
+    >>> d.observe(TrainingStep(ts=2.5, job="j", rank=3, node="n1", step=2, loss=nan))
     []
-    >>> d.observe(TrainingStep(ts=2.0, job="j", rank=1, node="n0", step=2, loss="nan"))  # earlier, arrived later
+    >>> d.observe(TrainingStep(ts=2.0, job="j", rank=1, node="n0", step=2, loss=nan))  # earlier, arrived later
     []
     >>> d.tick(4.0)  # still settling: the origin may be late (batching) or on a slow clock (skew)
     []
@@ -74,14 +68,12 @@ class NanDetector(Detector):
     reported that step, nothing earlier can arrive, so it is reported at once:
 
     >>> d = NanDetector()
-    >>> d.observe(TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=5, loss=2.0, grad_norm="nan"))
+    >>> d.observe(TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=5, loss=2.0, grad_norm=nan))
     []
     >>> [(a.ranks, a.nodes) for a in
-    ...  d.observe(TrainingStep(ts=1.1, job="j", rank=2, node="n1", step=5, loss="nan", grad_norm="nan"))]
+    ...  d.observe(TrainingStep(ts=1.1, job="j", rank=2, node="n1", step=5, loss=nan, grad_norm=nan))]
     [([2], ['n1'])]
     """
-
-    consumes = frozenset({"step"})
 
     def __init__(self, *, instance: str = "nan", settle_s: float = 1.0, skew_s: float = 2.0,
                  max_jobs: int = 10_000) -> None:
@@ -95,9 +87,8 @@ class NanDetector(Detector):
         self._recent: Bounded[str, dict[int, set[int]]] = Bounded(max_jobs)  # job -> {step: ranks}, last 2 steps
         self._attempts: Bounded[str, int] = Bounded(max_jobs)  # job -> newest attempt (restart generation) seen
 
-    def observe(self, record: Record) -> list[Anomaly]:
-        if not isinstance(record, TrainingStep):
-            return []
+    @on(TrainingStep)
+    def _step(self, record: TrainingStep) -> list[Anomaly]:
         ranks = self._world.get(record.job)
         if ranks is None:
             self._world[record.job] = ranks = rank_map()
@@ -108,15 +99,11 @@ class NanDetector(Detector):
         if self._pending:  # any job's steps move event time on: report what has settled
             due = self._due(record)
             if due:
-                return due + self.observe(record)
+                return due + self._step(record)
         loss, grad = record.loss, record.grad_norm
-        if loss.__class__ is float and loss - loss == 0.0 and (  # type: ignore[operator]
-                grad is None or (grad.__class__ is float and grad - grad == 0.0) or finite(grad)):  # type: ignore
-            # the fast path: nothing to see
+        if isfinite(loss) and (grad is None or isfinite(grad)):  # the fast path: nothing to see
             return self._healthy(record) if self._open or self._pending else []
         bad = _nonfinite_fields(record)
-        if not bad:
-            return self._healthy(record)
         if record.attempt < self._attempts.get(record.job, record.attempt):
             return []  # a late record of a run already restarted: its NaN was handled (or is moot)
         episode = self._open.get(record.job)
@@ -214,9 +201,5 @@ def _order(step: int, fields: list[str], ts: float) -> tuple[int, int, float]:
 
 
 def _nonfinite_fields(step: TrainingStep) -> list[str]:
-    out = []
-    for name in ("loss", "grad_norm"):
-        value = as_float(getattr(step, name))
-        if value is not None and not math.isfinite(value):
-            out.append(name)
-    return out
+    return [name for name, value in (("loss", step.loss), ("grad_norm", step.grad_norm))
+            if value is not None and not isfinite(value)]

@@ -18,14 +18,13 @@ over a node's rails, so while the siblings are busy (median at least
 
 from __future__ import annotations
 
-from typing import Any
-
 from detectors.base import Detector
-from detectors.common import Bounded, finding
-from schemas.records import Anomaly, RdmaPort, RdmaSample, Record
+from detectors.common import Bounded, Snapshottable, finding
+from detectors.dispatch import on
+from schemas.records import Anomaly, RdmaPort, RdmaSample
 
 
-class _Port:
+class _Port(Snapshottable):
     __slots__ = ("downed", "errors", "first_bad", "last_bad", "fired")
 
     def __init__(self, downed: int, errors: int) -> None:
@@ -34,12 +33,6 @@ class _Port:
         self.first_bad: float | None = None
         self.last_bad: float | None = None
         self.fired = False
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return self.downed, self.errors, self.first_bad, self.last_bad, self.fired
-
-    def __setstate__(self, s: tuple[Any, ...]) -> None:
-        self.downed, self.errors, self.first_bad, self.last_bad, self.fired = s
 
 
 def _active(state: str) -> bool:
@@ -64,8 +57,6 @@ class NetworkDetector(Detector):
     [('network', ['n1'], 10.0)]
     """
 
-    consumes = frozenset({"rdma_sample"})
-
     def __init__(
         self,
         *,
@@ -87,9 +78,8 @@ class NetworkDetector(Detector):
         self._ports: Bounded[tuple[str, str, int], _Port] = Bounded(max_ports)
         self._now = float("-inf")
 
-    def observe(self, record: Record) -> list[Anomaly]:
-        if not isinstance(record, RdmaSample):
-            return []
+    @on(RdmaSample)
+    def _sample(self, record: RdmaSample) -> list[Anomaly]:
         if record.ts > self._now:
             self._now = record.ts  # the stream's clock: a host running behind must not date a finding early
         out: list[Anomaly] = []

@@ -25,8 +25,9 @@ import numpy as np
 
 from detectors.base import Detector
 from detectors.common import Bounded, finding
+from detectors.dispatch import on
 from detectors.health_model import FEATURES, HealthModel, NodeFeatures, train
-from schemas.records import Anomaly, NodeGpuSample, Record
+from schemas.records import Anomaly, NodeGpuSample
 
 CORROBORATING = ("sbe_rate", "pcie_rate", "nvlink_rate", "remap_corr_rate")
 
@@ -44,8 +45,6 @@ class NodeHealthDetector(Detector):
     >>> [(a.kind, a.nodes) for a in out]
     [('hw_fault', ['bad'])]
     """
-
-    consumes = frozenset({"gpu_sample"})
 
     def __init__(
         self,
@@ -79,8 +78,9 @@ class NodeHealthDetector(Detector):
                  80 + 15 * rng.random(), 0.0, float(rng.integers(0, 2)), 0.0, 0.0] for _ in range(400)]
         return cls(model=train(rows, trees=30))
 
-    def observe(self, record: Record) -> list[Anomaly]:
-        if self._model is None or not isinstance(record, NodeGpuSample):
+    @on(NodeGpuSample)
+    def _sample(self, record: NodeGpuSample) -> list[Anomaly]:
+        if self._model is None:
             return []
         x = self._features(record)
         if len(self._features) > self.max_nodes:

@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from detectors.common import Bounded, median, rank_map
+from detectors.common import Bounded, Snapshottable, median, rank_map
 from schemas.records import NodeGpuSample, TrainingStep
 
 SLOW_THROTTLE_BITS = 0x08 | 0x20 | 0x40 | 0x80
 
 
-class _Peers:
+class _Peers(Snapshottable):
     __slots__ = ("step", "attempt", "stages", "node_of", "flags", "finalized")
 
     def __init__(self, step: int, attempt: int) -> None:
@@ -46,13 +46,6 @@ class _Peers:
         self.node_of: Bounded[int, str] = rank_map()
         self.flags: Bounded[int, deque[int]] = rank_map()
         self.finalized = -1
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, s) for s in self.__slots__)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for name, value in zip(self.__slots__, state):
-            setattr(self, name, value)
 
 
 def _lower_quartile(values: np.ndarray) -> float:

@@ -1,7 +1,10 @@
 """Route records to detectors and anomalies to the correlator.
 
 `DetectionPipeline` is the one object the worker, the backtest and the tests
-drive: `process(record)` returns (anomalies, incidents). It keeps the
+drive: `process(record)` returns (anomalies, incidents). Each record goes
+once, by its type, to the handlers the detectors declared for that type
+(`@on(...)`, see `detectors.dispatch`): the table type -> bound handlers is
+built when the pipeline is, and rebuilt when a snapshot is restored. It keeps the
 newest event time seen and ticks time-based detectors as event time moves,
 at most once per `tick_every_s` of event time, so a hang fires even though
 the hung job itself sends nothing.
@@ -24,13 +27,14 @@ incidents still name the node, so it can be cordoned.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import msgspec
 
 from detectors.base import Detector
+from detectors.common import Snapshottable
 from detectors.correlate import IncidentCorrelator
+from detectors.dispatch import Handler, bind
 from detectors.registry import build
 from detectors.settings import DetectorSettings
 from schemas.records import (
@@ -46,7 +50,6 @@ from schemas.records import (
     StackSample,
     TrainingStep,
 )
-from schemas.topics import tag_of
 
 # Records that name their job and node: they tell which job a node runs.
 _TEACH_JOB = (TrainingStep, Heartbeat, PhaseChange, StackSample)
@@ -95,8 +98,15 @@ class NodeJobIndex:
         return msgspec.structs.replace(record, job=job) if job else record
 
 
-class DetectionPipeline:
-    """Detectors plus correlator, driven by event time only."""
+class DetectionPipeline(Snapshottable):
+    """Detectors plus correlator, driven by event time only.
+
+    Building one checks every detector's handler declarations: a detector
+    with none, or one for a record type no pipeline is fed, raises
+    `detectors.dispatch.HandlerError` here rather than never firing.
+    """
+
+    transient = ("_route", "_tickers")  # derived from the detectors: rebuilt on restore, never snapshotted
 
     def __init__(
         self,
@@ -111,15 +121,18 @@ class DetectionPipeline:
         self.watermark = float("-inf")
         self.time_limit = float("inf")  # the worker's guarded watermark; unbounded offline
         self._last_tick = float("-inf")
-        self._routes: dict[str, list[Detector]] = defaultdict(list)
-        for det in self.detectors:
-            for tag in det.consumes:
-                self._routes[tag].append(det)
-        self._by_type: dict[type, list[Callable[[Record], list[Anomaly]]]] = {}
-        self._tickers = [d for d in self.detectors if type(d).tick is not Detector.tick]
         self.nodes = NodeJobIndex()
         self._learns = frozenset((*_TEACH_JOB, JobTopology))
         self._stamps = frozenset(_NEED_JOB)
+        self.restore()
+
+    def restore(self) -> None:
+        """(Re)build the routing table record type -> bound handlers, in detector order, and the tickers."""
+        self._route: dict[type, list[Handler]] = {}
+        for det in self.detectors:
+            for record_type, bound in bind(det).items():
+                self._route.setdefault(record_type, []).extend(bound)
+        self._tickers = [d for d in self.detectors if type(d).tick is not Detector.tick]
 
     @classmethod
     def from_settings(cls, settings: DetectorSettings) -> DetectionPipeline:
@@ -138,11 +151,8 @@ class DetectionPipeline:
             self.nodes.learn(record)
         elif cls in self._stamps and not record.job:  # type: ignore[attr-defined]
             record = self.nodes.stamp(record)
-        route = self._by_type.get(cls)
-        if route is None:
-            route = self._by_type[cls] = [d.observe for d in self._routes.get(tag_of(record), [])]
-        for observe in route:
-            found = observe(record)
+        for handle in self._route.get(cls, ()):
+            found = handle(record)
             if found:
                 anomalies.extend(found)
         if self.watermark - self._last_tick >= self.tick_every_s:

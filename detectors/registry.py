@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, create_model
 
 from detectors.base import Detector
+from detectors.dispatch import handlers
 
 GROUP = "trainguard.detectors"
 
@@ -38,6 +39,7 @@ def load(type_name: str, eps: Iterable[EntryPoint] | None = None) -> type[Detect
             cls = ep.load()
             if not (isinstance(cls, type) and issubclass(cls, Detector)):
                 raise TypeError(f"entry point {type_name!r} ({ep.value}) is not a Detector subclass")
+            handlers(cls)  # HandlerError now, at registration, for declarations no pipeline could route
             return cls
     known = ", ".join(sorted(available())) or "none"
     raise UnknownDetector(f"no detector type {type_name!r} is registered (known: {known})")

@@ -17,16 +17,17 @@ Second signal: a NaN that recurs at the same step after a restart (the
 
 from __future__ import annotations
 
-from typing import Any
+from math import isfinite
 
 from detectors.base import Detector
-from detectors.common import Bounded, finding, finite, rank_map
-from schemas.records import Anomaly, JobTopology, Record, TrainingStep
+from detectors.common import Bounded, Snapshottable, finding, rank_map
+from detectors.dispatch import on
+from schemas.records import Anomaly, JobTopology, TrainingStep
 
 Group = tuple[int, int, int]  # (step, tp, pp)
 
 
-class _Votes:
+class _Votes(Snapshottable):
     """The checksums reported so far for one (step, tp, pp) group."""
 
     __slots__ = ("onset", "count", "by_sum", "expected")
@@ -37,14 +38,8 @@ class _Votes:
         self.by_sum: dict[str, list[tuple[int, str]]] = {}
         self.expected = expected  # replicas to wait for (0: unknown, decide after grace steps)
 
-    def __getstate__(self) -> tuple[Any, ...]:
-        return self.onset, self.count, self.by_sum, self.expected
 
-    def __setstate__(self, s: tuple[Any, ...]) -> None:
-        self.onset, self.count, self.by_sum, self.expected = s
-
-
-class _Job:
+class _Job(Snapshottable):
     __slots__ = ("attempt", "dp", "max_step", "pending", "expected", "fired", "clean", "nan_steps")
 
     def __init__(self, attempt: int) -> None:
@@ -56,13 +51,6 @@ class _Job:
         self.fired: frozenset[int] = frozenset()  # odd ranks already reported in this episode
         self.clean = 0  # groups decided in agreement since the last report
         self.nan_steps: dict[int, tuple[int, int, str]] = {}  # attempt -> (step, rank, node)
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, s) for s in self.__slots__)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for name, value in zip(self.__slots__, state):
-            setattr(self, name, value)
 
 
 class SdcDetector(Detector):
@@ -80,8 +68,6 @@ class SdcDetector(Detector):
     [('sdc', [3], ['n3'], 7)]
     """
 
-    consumes = frozenset({"step", "topology"})
-
     def __init__(self, *, instance: str = "sdc", grace_steps: int = 2, rearm_steps: int = 50,
                  max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)
@@ -89,16 +75,15 @@ class SdcDetector(Detector):
         self.rearm_steps = rearm_steps
         self._jobs: Bounded[str, _Job] = Bounded(max_jobs)
 
-    def observe(self, record: Record) -> list[Anomaly]:
-        if isinstance(record, JobTopology):
-            self._job(record.job, 0).dp = record.dp
-            return []
-        if not isinstance(record, TrainingStep):
-            return []
+    @on(JobTopology)
+    def _topology(self, record: JobTopology) -> None:
+        self._job(record.job, 0).dp = record.dp
+
+    @on(TrainingStep)
+    def _step(self, record: TrainingStep) -> list[Anomaly]:
         job = self._jobs.get(record.job) or self._job(record.job, record.attempt)
         loss, grad = record.loss, record.grad_norm
-        healthy = loss.__class__ is float and loss - loss == 0.0 and (  # type: ignore[operator]
-            grad is None or (grad.__class__ is float and grad - grad == 0.0) or finite(grad))  # type: ignore
+        healthy = isfinite(loss) and (grad is None or isfinite(grad))
         out = [] if healthy else self._nan_recurrence(job, record)
         if record.attempt != job.attempt:
             if record.attempt < job.attempt:
@@ -172,8 +157,7 @@ class SdcDetector(Detector):
                                   "checksums": {c: sorted(r for r, _ in v) for c, v in votes.items()}})]
 
     def _nan_recurrence(self, job: _Job, rec: TrainingStep) -> list[Anomaly]:
-        if finite(rec.loss) and (rec.grad_norm is None or finite(rec.grad_norm)):
-            return []
+        """A non-finite step: the same step went NaN in an earlier attempt too?"""
         if rec.attempt in job.nan_steps:
             return []
         job.nan_steps[rec.attempt] = (rec.step, rec.rank, rec.node)

@@ -27,18 +27,18 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import islice
-from typing import Any
 
 from detectors.base import Detector
-from detectors.common import Bounded, Rolling, finding, median
+from detectors.common import Bounded, Rolling, Snapshottable, finding, median
+from detectors.dispatch import on
 from detectors.peers import GpuSlowSignals, StragglerTracker
 from detectors.trend import DeclineTracker
-from schemas.records import Anomaly, NodeGpuSample, Record, TrainingStep
+from schemas.records import Anomaly, NodeGpuSample, TrainingStep
 
 GUARD = 5  # the newest steps stay out of the baseline, so a fresh slowdown does not teach it
 
 
-class _Series:
+class _Series(Snapshottable):
     __slots__ = ("leader", "attempt", "last_step", "last_ts", "recent", "base", "hits", "episode", "rising",
                  "reported")
 
@@ -54,13 +54,6 @@ class _Series:
         self.rising: float | None = None  # event time the current run of hits began
         self.reported = True  # whether the open episode was reported yet
 
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, s) for s in self.__slots__)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for name, value in zip(self.__slots__, state):
-            setattr(self, name, value)
-
 
 class SlowdownDetector(Detector):
     """Fires on a sustained drop in job throughput, localised to stragglers.
@@ -75,8 +68,6 @@ class SlowdownDetector(Detector):
     >>> [(a.kind, a.step >= 50) for a in out]
     [('slowdown', True)]
     """
-
-    consumes = frozenset({"step", "gpu_sample"})
 
     def __init__(
         self,
@@ -115,16 +106,17 @@ class SlowdownDetector(Detector):
         self._trend = DeclineTracker(block_s=decline_block_s, rel=decline_rel, confirm=decline_confirm,
                                      accept_s=accept_s, max_jobs=max_jobs)
 
-    def observe(self, record: Record) -> list[Anomaly]:
-        if isinstance(record, TrainingStep):
-            self._peers.add(record)
-            s = self._series.get(record.job)
-            if s is not None and record.rank > s.leader and record.attempt == s.attempt:
-                return []  # the hot path: only the lowest rank speaks for the job's speed
-            return self._step(record)
-        if isinstance(record, NodeGpuSample):
-            self._gpu.add(record)
-        return []
+    @on(TrainingStep)
+    def _any_step(self, record: TrainingStep) -> list[Anomaly] | None:
+        self._peers.add(record)
+        s = self._series.get(record.job)
+        if s is not None and record.rank > s.leader and record.attempt == s.attempt:
+            return None  # the hot path: only the lowest rank speaks for the job's speed
+        return self._step(record)
+
+    @on(NodeGpuSample)
+    def _gpu_sample(self, record: NodeGpuSample) -> None:
+        self._gpu.add(record)
 
     def _step(self, rec: TrainingStep) -> list[Anomaly]:
         s = self._series.get(rec.job)

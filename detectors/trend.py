@@ -19,12 +19,11 @@ or `accept_s` passes, after which the new speed is the new normal.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
-from detectors.common import Bounded, median
+from detectors.common import Bounded, Snapshottable, median
 
 
-class _Trend:
+class _Trend(Snapshottable):
     __slots__ = ("attempt", "block_start", "values", "blocks", "skip", "above", "open_since", "reported_ts")
 
     def __init__(self, attempt: int, ts: float, ref_blocks: int) -> None:
@@ -36,13 +35,6 @@ class _Trend:
         self.above = 0
         self.open_since: float | None = None  # when the first block above the reference began
         self.reported_ts: float | None = None
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, s) for s in self.__slots__)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for name, value in zip(self.__slots__, state):
-            setattr(self, name, value)
 
 
 class DeclineTracker:

@@ -32,7 +32,6 @@ from schemas.records import (
     StackSample,
     TrainingStep,
     XidEvent,
-    as_float,
     metric,
 )
 
@@ -62,7 +61,6 @@ __all__ = [
     "StackSample",
     "TrainingStep",
     "XidEvent",
-    "as_float",
     "decode",
     "encode",
     "metric",

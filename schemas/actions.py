@@ -80,6 +80,8 @@ STOP_PLAN_ON_FAILURE = frozenset(name for name, spec in ACTIONS.items() if spec.
 RESTARTS_JOB = frozenset(name for name, spec in ACTIONS.items() if spec.restarts_job)
 REMOVES_NODE = frozenset(name for name, spec in ACTIONS.items() if spec.removes_node)
 DIAGNOSES = frozenset(name for name, spec in ACTIONS.items() if spec.diagnoses)
+# What the node agents can carry out (cluster actions as well: evicting = stopping the node's process).
+AGENT_EXECUTABLE = frozenset(name for name, spec in ACTIONS.items() if spec.agent_verb)
 # What the agents themselves execute, and how the local executor renames an action for them.
 AGENT_VERBS = frozenset(spec.agent_verb for spec in ACTIONS.values() if spec.agent_verb)
 AGENT_TRANSLATION = {name: spec.agent_verb for name, spec in ACTIONS.items()

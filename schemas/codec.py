@@ -8,6 +8,7 @@ parsing them) and record versions it does not understand.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Union
 
@@ -33,6 +34,7 @@ from schemas.records import (
     Record,
     StackSample,
     TrainingStep,
+    metric,
 )
 
 RECORD_TYPES: tuple[type[Record], ...] = (
@@ -69,6 +71,27 @@ class DecodeError(ValueError):
         self.field = field
 
 
+def wire(record: Record) -> Any:
+    """`record` as it goes on the wire: a step's NaN or Inf metrics spelled "nan", "inf", "-inf".
+
+    msgspec writes a non-finite float as null, which no reader could tell
+    from a missing grad norm; the strings are what producers have always
+    sent, so every consumer reads them. Anything else passes as it is.
+
+    >>> step = TrainingStep(ts=1.0, job="j", rank=0, node="n", step=1, loss=float("nan"))
+    >>> wire(step)["loss"], wire(step.__class__(ts=1.0, job="j", rank=0, node="n", step=1, loss=2.0)).loss
+    ('nan', 2.0)
+    """
+    if not isinstance(record, TrainingStep):
+        return record
+    loss, grad = record.loss, record.grad_norm
+    if math.isfinite(loss) and (grad is None or math.isfinite(grad)):
+        return record
+    out: dict[str, Any] = msgspec.to_builtins(record)
+    out["loss"], out["grad_norm"] = metric(loss), metric(grad)
+    return out
+
+
 def record_tag(cls: type[Record]) -> str:
     """The `type` tag that a record class is written with."""
     return str(cls.__struct_config__.tag)
@@ -91,8 +114,8 @@ class Codec:
         self._typed: dict[type[Record], msgspec.json.Decoder[Any]] = {}
 
     def encode(self, record: Record) -> bytes:
-        """Serialise one record to compact JSON bytes."""
-        return self._encoder.encode(record)
+        """Serialise one record to compact JSON bytes (non-finite metrics as strings, see `wire`)."""
+        return self._encoder.encode(wire(record) if record.__class__ is TrainingStep else record)
 
     def decode(self, data: bytes | bytearray | memoryview | str, expect: type[Record] | None = None) -> Any:
         """Parse and validate one record; raise `DecodeError` naming the field.
@@ -114,7 +137,7 @@ class Codec:
 
     def to_builtins(self, record: Record) -> dict[str, Any]:
         """The record as plain JSON-ready Python objects (for recordings)."""
-        out: dict[str, Any] = msgspec.to_builtins(record)
+        out: dict[str, Any] = msgspec.to_builtins(wire(record))
         return out
 
     def from_builtins(self, value: Any, expect: type[Record] | None = None) -> Any:

@@ -5,26 +5,33 @@ so one decoder reads any record and a recording line needs no side table.
 Records are frozen: detectors and actions can share them without copying
 and can never mutate their input.
 
-Floats that may legitimately be non-finite (loss, grad norm) use the
-`Metric` type: a JSON number, or one of the strings "nan", "inf", "-inf".
-JSON has no NaN literal and msgspec would write NaN as null, which would
-lose exactly the fact the NaN detector needs. `metric()` converts a Python
-float for sending and `as_float()` converts back.
+Floats that may legitimately be non-finite (loss, grad norm) are `Metric`s.
+In Python a metric is a float, NaN and Inf included. On the wire it is a JSON
+number, or one of the strings "nan", "inf", "-inf": JSON has no NaN literal
+and msgspec would write NaN as null, which would lose exactly the fact the
+NaN detector needs. The record turns the strings into floats as it is
+decoded (every decoder: JSON, msgpack snapshots, `convert`), and the codec
+spells non-finite floats as strings again when it encodes (`metric()`), so
+producers that send the strings and recordings made before keep working.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from schemas.actions import ActionName
+from schemas.plan import PlannedAction, check_plan
 
 SCHEMA_VERSION = 1
 
 NonFinite = Literal["nan", "inf", "-inf"]
-Metric = float | NonFinite
+if TYPE_CHECKING:
+    Metric = float  # once decoded a metric is a float, NaN and Inf included
+else:
+    Metric = float | NonFinite  # what msgspec accepts: the wire spells non-finite values as strings
 
 AnomalyKind = Literal[
     "hw_fault", "network", "hang", "slowdown", "nan", "loss_spike", "sdc", "user_error",
@@ -43,22 +50,17 @@ ANOMALY_KINDS: tuple[str, ...] = (
 Phase = Literal["init", "training", "checkpointing", "eval", "idle", "stopped"]
 
 
-def metric(value: float | None) -> Metric | None:
-    """Encode a Python float for a record, keeping NaN and Inf visible."""
+def metric(value: float | None) -> float | NonFinite | None:
+    """A metric as the wire spells it: finite floats as they are, NaN and Inf as strings.
+
+    >>> metric(1.5), metric(float("nan")), metric(float("-inf")), metric(None)
+    (1.5, 'nan', '-inf', None)
+    """
     if value is None or math.isfinite(value):
         return value
     if math.isnan(value):
         return "nan"
     return "inf" if value > 0 else "-inf"
-
-
-def as_float(value: Metric | None) -> float | None:
-    """Decode a `Metric` back into a Python float (NaN and Inf included)."""
-    if value is None or isinstance(value, float):
-        return value
-    if isinstance(value, int):
-        return float(value)
-    return float(value)  # "nan", "inf", "-inf" are valid float() spellings
 
 
 class Record(
@@ -189,6 +191,13 @@ class TrainingStep(Record, tag="step", frozen=True):
     code_version: str = ""
     attempt: int = 0
 
+    def __post_init__(self) -> None:
+        """Decoded, a metric is a float: "nan", "inf" and "-inf" from the wire become floats here."""
+        if self.loss.__class__ is str:
+            msgspec.structs.force_setattr(self, "loss", float(self.loss))
+        if self.grad_norm.__class__ is str:
+            msgspec.structs.force_setattr(self, "grad_norm", float(self.grad_norm))  # type: ignore[arg-type]
+
 
 class Heartbeat(Record, tag="heartbeat", frozen=True):
     """A liveness beat from a training process, sent from a background thread."""
@@ -313,16 +322,7 @@ class Incident(Record, tag="incident", frozen=True):
 # ------------------------------------------------------------------ actions
 
 
-# The action names and what each means: schemas/actions.py.
-
-
-class PlannedAction(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, gc=False):
-    """One step of a decision's plan."""
-
-    action: ActionName
-    nodes: list[str] = []
-    ranks: list[int] = []
-    params: dict[str, Any] = {}
+# The action names and what each means: schemas/actions.py; plan steps and their references: schemas/plan.py.
 
 
 class Decision(Record, tag="decision", frozen=True):
@@ -339,6 +339,9 @@ class Decision(Record, tag="decision", frozen=True):
     alternatives: list[str] = []
     dry_run: bool = False
     status: Literal["planned", "awaiting_approval", "blocked", "executed", "failed"] = "planned"
+
+    def __post_init__(self) -> None:
+        check_plan(self.plan)  # a step referring to a later (or missing) step is a malformed decision
 
 
 class ActionCommand(Record, tag="action_command", frozen=True):

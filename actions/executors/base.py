@@ -20,10 +20,17 @@ Clock = Callable[[], float]
 
 
 class Executor(Protocol):
-    """Carries out commands; which kinds reach which executor is the action table's `scope`
-    (schemas/actions.py): the runner sends cluster actions to the cluster executor, the rest to the node one."""
+    """Carries out commands of the actions it `handles` (read off the action table in schemas/actions.py).
+
+    Which enabled executor gets each action is `actions.executors.registry.Routes`' job.
+    """
 
     name: str
+
+    @property
+    def handles(self) -> frozenset[str]:
+        """The action names this executor carries out (a class attribute in every executor)."""
+        ...
 
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
         """Do `command`; `targets` are the nodes expected to act (may be empty)."""

@@ -22,11 +22,15 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actions.executors import kubernetes_objects as objects
 from actions.executors.base import K8S_NODE, Clock, invalid_nodes, refused
+from schemas.actions import CLUSTER_ACTIONS
 from schemas.records import ActionCommand, ActionResult
+
+if TYPE_CHECKING:
+    from actions.executors.registry import ExecutorContext
 
 
 class DrainError(Exception):
@@ -37,6 +41,7 @@ class KubernetesExecutor:
     """Cluster verbs against a Kubernetes API server."""
 
     name = "kubernetes"
+    handles = CLUSTER_ACTIONS
 
     def __init__(self, *, api: Any, clock: Clock, sleep: Callable[[float], None] = time.sleep,
                  taint_key: str = "trainguard.io/evicted", pod_label_selector: str = "",
@@ -71,9 +76,10 @@ class KubernetesExecutor:
         return cls(api=client.CoreV1Api(api_client), clock=clock, **kw)
 
     @classmethod
-    def from_settings(cls, k: Any, *, clock: Clock) -> KubernetesExecutor:
-        """Build from the `actions.kubernetes` settings section."""
-        return cls.connect(kubeconfig=k.kubeconfig, host=k.host, clock=clock, taint_key=k.taint_key,
+    def from_context(cls, ctx: ExecutorContext) -> KubernetesExecutor:
+        """Build from the `actions.kubernetes` settings section (the registry's entry)."""
+        k = ctx.settings.kubernetes
+        return cls.connect(kubeconfig=k.kubeconfig, host=k.host, clock=ctx.clock, taint_key=k.taint_key,
                            pod_label_selector=k.pod_label_selector, namespaces=k.namespaces,
                            event_namespace=k.event_namespace, eviction_timeout_s=k.eviction_timeout_s)
 

@@ -1,23 +1,27 @@
 """The local executor: commands go to the `trainguard run` node agents.
 
-It signs nothing itself (the bus signs the exact bytes it sends) and touches no
-process: it hands the command to a `CommandBus` (Kafka in production, see
-`streams.command_bus`) and waits, up to a timeout, for each target agent's
-`ActionResult`. An agent that does not answer in time counts as a failure,
-never as a success. `evict_node` becomes `stop` on the evicted node and
-`retry` becomes a restart from the latest checkpoint: the agents implement
-only node-local verbs.
+It touches no process: it hands the command to a `CommandBus` (Kafka in
+production, see `streams.command_bus`, which signs the exact bytes it sends)
+and waits, up to a timeout, for each target agent's `ActionResult`. An agent
+that does not answer in time counts as a failure, never as a success. It
+handles every action an agent can carry out (`AGENT_EXECUTABLE`): `evict_node`
+becomes `stop` on the evicted node and `retry` a restart from the latest
+checkpoint, since the agents implement only node-local verbs. Listed after a
+cluster executor (`[kubernetes, local]`), it gets only the agent actions.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
 from actions.executors.base import Clock, invalid_nodes, merge_results, refused
-from schemas.actions import AGENT_TRANSLATION
+
+if TYPE_CHECKING:
+    from actions.executors.registry import ExecutorContext
+from schemas.actions import AGENT_EXECUTABLE, AGENT_TRANSLATION
 from schemas.records import ActionCommand, ActionResult
 
 
@@ -37,19 +41,27 @@ class LocalExecutor:
     """Talks to node agents over a command bus."""
 
     name = "local"
+    handles = AGENT_EXECUTABLE
 
     def __init__(self, *, bus: CommandBus, timeout_s: float, clock: Clock) -> None:
         self.bus = bus
         self.timeout_s = timeout_s
         self.clock = clock
 
+    @classmethod
+    def from_context(cls, ctx: ExecutorContext) -> LocalExecutor:
+        """Build on act's command bus (`actions.command_timeout_s` per command)."""
+        if ctx.command_bus is None:
+            raise ValueError("the local executor needs the command bus to the node agents")
+        return cls(bus=ctx.command_bus, timeout_s=ctx.settings.command_timeout_s, clock=ctx.clock)
+
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
         """Send, wait for the targets' results, merge them."""
         if why := invalid_nodes(targets):  # never a command to "every agent of the job"
             return refused(command, why, ts=self.clock())
-        if command.action == "uncordon_node" or (command.action == "cordon_node" and not command.job):
+        if command.action == "cordon_node" and not command.job:  # no job's process to stop there
             return ActionResult(ts=self.clock(), command_id=command.id, action=command.action, status="skipped",
-                                message="nothing to (un)cordon without a cluster scheduler", job=command.job)
+                                message="nothing to cordon without a cluster scheduler", job=command.job)
         wire = command
         if command.action in AGENT_TRANSLATION:
             wire = msgspec.structs.replace(command, action=AGENT_TRANSLATION[command.action])

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import re
 import subprocess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actions.executors.base import Clock, invalid_nodes, refused
+from schemas.actions import CLUSTER_ACTIONS
 from schemas.records import ActionCommand, ActionResult
+
+if TYPE_CHECKING:
+    from actions.executors.registry import ExecutorContext
 
 _ERROR = re.compile(r"(slurm_\w+ error|error|Invalid)[^\n]*", re.IGNORECASE)
 
@@ -34,11 +38,17 @@ class SlurmExecutor:
     """Cluster verbs through the `scontrol` command line."""
 
     name = "slurm"
+    handles = CLUSTER_ACTIONS
 
     def __init__(self, *, clock: Clock, scontrol: str = "scontrol", timeout_s: float = 30.0) -> None:
         self.clock = clock
         self.scontrol = scontrol
         self.timeout_s = timeout_s
+
+    @classmethod
+    def from_context(cls, ctx: ExecutorContext) -> SlurmExecutor:
+        """Build from the `actions.slurm` settings section."""
+        return cls(clock=ctx.clock, scontrol=ctx.settings.slurm.scontrol, timeout_s=ctx.settings.slurm.timeout_s)
 
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
         """Drain (evict/cordon) or resume (uncordon) the nodes; requeue after an eviction."""

@@ -143,6 +143,8 @@ class FanOut:
 
     def run(self, executor: NodeExecutor, command: ActionCommand, machines: list[str]) -> ActionResult:
         """Send each machine its command, wait for all (up to the deadline), combine."""
+        if command.action == "replay_regroup" and command.params.get("groups"):  # every member of a group
+            machines = list(dict.fromkeys([*machines, *(str(m) for g in command.params["groups"] for m in g)]))
         wait_s = float(getattr(executor, "timeout_s", self.settings.budget_s + ANSWER_SLACK_S))
         deadline = self.clock() + max(1.0, min(self.settings.budget_s, wait_s - ANSWER_SLACK_S))
         commands = machine_commands(command, machines, settings=self.settings, deadline=deadline)

@@ -36,7 +36,6 @@ from schemas.records import (
     OperatorCommand,
     Record,
     TrainingStep,
-    as_float,
 )
 
 Event = dict[str, Any]
@@ -154,7 +153,7 @@ class ConsoleState:
         if series.rank is None:
             series.rank = step.rank
         if step.rank == series.rank:
-            series.steps.append((step.ts, step.step, as_float(step.loss), step.step_time_s, step.mfu))
+            series.steps.append((step.ts, step.step, step.loss, step.step_time_s, step.mfu))
             while len(series.steps) > self.max_points:
                 series.steps.popleft()
         return []

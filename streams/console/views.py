@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit
 from streams.console.state import ConsoleState, audit_row, to_json
 
 NODE_STATES = ("healthy", "suspect", "evicted", "in_repair", "standby")
@@ -110,6 +111,7 @@ def incident(state: ConsoleState, incident_id: str) -> dict[str, Any] | None:
             cid = f"{dec.id}-{idx}"  # the runner's command id for step idx
             subjects.append(cid)
             steps.append({"index": idx, "action": planned.action, "nodes": planned.nodes, "params": planned.params,
+                          "depends": depends(planned),
                           "command": to_json(commands[cid]) if cid in commands else None,
                           "result": _step_result(state, cid)})
     audit = sorted((e for s in subjects for e in state.audit.get(s, ())), key=lambda e: e.ts)
@@ -122,6 +124,23 @@ def incident(state: ConsoleState, incident_id: str) -> dict[str, Any] | None:
         "steps": steps,
         "audit": [audit_row(e) for e in audit],
     }
+
+
+def depends(step: PlannedAction) -> str:
+    """A step's references to earlier steps, in words ("" when it has none).
+
+    >>> from schemas.plan import StepCondition
+    >>> depends(PlannedAction(action="evict_node", when=StepCondition(step=0), targets_from=CulpritsOf(step=1)))
+    'only if step 0 failed; on the machines step 1 names'
+    """
+    out = [f"only if step {step.when.step} {step.when.status}"] if step.when is not None else []
+    ref = step.targets_from
+    if isinstance(ref, CulpritsOf):
+        out.append(f"on the machines step {ref.step} names")
+    elif isinstance(ref, ReplayCulprit):
+        fallback = f", else {', '.join(ref.fallback_nodes)}" if ref.fallback_nodes else ""
+        out.append(f"on the machine replay steps {ref.phases[0]} and {ref.phases[1]} name{fallback}")
+    return "; ".join(out)
 
 
 def controls(state: ConsoleState) -> dict[str, Any]:

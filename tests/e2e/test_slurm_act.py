@@ -142,7 +142,7 @@ def test_act_drains_and_requeues_then_a_passing_check_resumes(slurm: Slurm, kafk
         "broker": {"bootstrap": kafka}, "topics": {"prefix": topic_prefix, "partitions": 2},
         "actions": {"executor": "slurm", "state_dir": str(tmp_path / "act"), "group_id": f"a-{topic_prefix}",
                     "command_timeout_s": 1.0, "breaker_max_fraction": 1.0, "cooldown_s": 0},
-        "security": keys.security()}))
+        "security": keys.node("gn1", "gn2").security()}))  # act needs node keys even when run alone
     topics = Topics(topic_prefix)
     ensure_topics(kafka, topics.all(), partitions=2, replication=1)
     act = subprocess.Popen([str(BIN / "trainguard"), "--config", str(config), "act", "--executor", "slurm",

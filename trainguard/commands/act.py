@@ -11,7 +11,9 @@ from typing import Any
 
 from rich.console import Console
 
+from schemas.actions import ACTIONS
 from schemas.records import Decision, Incident
+from trainguard.errors import UsageError
 from trainguard.settings import Settings
 
 
@@ -19,13 +21,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("act", help="run the decision engine and an executor on incidents",
                        description="Consume incidents, decide a recovery plan for each (journaled, so a redelivered "
                        "incident is acted on once), publish the decision and audit entries, and (unless --dry-run) "
-                       "execute the plan: node-local steps through the `trainguard run` agents, evictions through "
-                       "the chosen executor, behind the circuit breaker, cooldown and approval rails. "
+                       "execute the plan: each step through the first enabled executor that handles its action "
+                       "(evictions through Kubernetes or Slurm, node-local steps through the `trainguard run` "
+                       "agents), behind the circuit breaker, cooldown and approval rails. "
                        "Commands are signed with security.act_private_key and results accepted only when signed "
                        "by their node (security.node_public_keys); without keys only --dry-run starts "
                        "(docs/security.md).")
-    p.add_argument("--executor", choices=["local", "kubernetes", "slurm"],
-                   help="who carries out evictions (default: actions.executor)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--executors", metavar="NAME[,NAME...]", type=_names,
+                     help="the executors to enable, in priority order: each action goes to the first that handles "
+                     "it (kubernetes, slurm: evict/cordon/uncordon; local: the node agents, which can also stop an "
+                     "evicted node's process), e.g. kubernetes,local; a plan with an action none handles fails "
+                     "before it starts (default: actions.executors, else local)")
+    how.add_argument("--executor", metavar="NAME", type=lambda v: _names(v)[0],
+                     help="older form: NAME carries out evictions, the node agents the rest "
+                     "(--executor kubernetes = --executors kubernetes,local)")
     p.add_argument("--dry-run", action="store_true", help="decide and record, but execute nothing")
     p.add_argument("--max-incidents", type=int, help="exit after this many decisions")
     p.add_argument("--timeout", type=float, help="exit after this many seconds")
@@ -48,6 +58,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     cfg = settings.actions
     dry_run = args.dry_run or cfg.dry_run
     topics = Topics(settings.topics.prefix)
+    executors = _enabled(args, cfg)
     if not dry_run:  # before touching the broker: no keys, no start (one line, exit 2)
         settings.security.signer("act")
         settings.security.required_ring("node")
@@ -63,12 +74,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         with args.log.open("a") as f:
             f.write(json.dumps(msgspec.to_builtins(decision)) + "\n")
 
-    core, close = build_core(settings, topics, executor=args.executor or cfg.executor, dry_run=dry_run,
-                             on_decision=show)
+    core, close = build_core(settings, topics, executors=executors, dry_run=dry_run, on_decision=show)
     if args.metrics_port:
         core.metrics.serve(args.metrics_port)
     _wait_for_leadership(settings, console)
-    mode = "dry-run" if dry_run else f"executor {args.executor or cfg.executor}"
+    mode = "dry-run" if dry_run else f"executors {_routes_line(core.runner.routes)}"
     if not settings.security.worker_public_keys:
         console.print("act: incidents are trusted by who may write them (Kafka ACLs); set "
                       "security.worker_public_keys to accept only incidents the worker signed")
@@ -98,7 +108,7 @@ def _wait_for_leadership(settings: Settings, console: Console) -> None:
     elector.keep_leading(on_lost=lambda: os._exit(1))  # never act beside a new leader
 
 
-def build_core(settings: Settings, topics: Any, *, executor: str, dry_run: bool,
+def build_core(settings: Settings, topics: Any, *, executors: list[str], dry_run: bool,
                on_decision: Any = None) -> tuple[Any, Callable[[], None]]:
     """Wire engine, journal, knowledge, rails, executors and the publishing edge from settings.
 
@@ -110,7 +120,7 @@ def build_core(settings: Settings, topics: Any, *, executor: str, dry_run: bool,
     from actions.checkpoints import CheckpointRegistry
     from actions.engine import DecisionEngine
     from actions.ettr import EttrAccount
-    from actions.executors.local import LocalExecutor
+    from actions.executors import registry
     from actions.journal import Journal
     from actions.knowledge import JobKnowledge
     from actions.runner import PlanRunner
@@ -144,15 +154,12 @@ def build_core(settings: Settings, topics: Any, *, executor: str, dry_run: bool,
 
     ettr = EttrAccount(max_jobs=cfg.max_jobs)
     bus: KafkaCommandBus | None = None
-    node_executor: Any = _Refuse()  # dry run: decisions are journaled, nothing is ever sent
-    cluster_executor: Any = node_executor
+    routes = registry.Routes([_Refuse()])  # dry run: decisions are journaled, nothing is ever sent
     if signer is not None:
         bus = KafkaCommandBus(broker=settings.broker, topics=topics, signer=signer, node_keys=node_keys,
                               ttl_s=sec.command_ttl_s, on_reject=partial(_audit_rejected, publish))
-        node_executor = LocalExecutor(bus=bus, timeout_s=cfg.command_timeout_s, clock=time.time)
-        cluster_executor = _cluster_executor(settings, executor, node_executor)
-    runner = PlanRunner(journal=journal, rails=_rails(cfg), node_executor=node_executor,
-                        cluster_executor=cluster_executor, sink=publish, clock=time.time,
+        routes = registry.build(executors, registry.ExecutorContext(cfg, time.time, bus))
+    runner = PlanRunner(journal=journal, rails=_rails(cfg), executors=routes, sink=publish, clock=time.time,
                         topologies=engine.topologies, reported_attempt=ettr.attempt, max_jobs=cfg.max_jobs,
                         fanout=FanOut(cfg.selfcheck, clock=time.time))
     core = ActCore(engine=engine, runner=runner, knowledge=knowledge, publish=publish, ettr=ettr,
@@ -186,6 +193,7 @@ class _Refuse:
     """The executor of a dry run: a planned decision is never executed (dry-run decisions skip the runner)."""
 
     name = "dry-run"
+    handles = frozenset(ACTIONS)
 
     def execute(self, command: Any, *, targets: list[str]) -> Any:
         raise RuntimeError("dry run: nothing may be executed")
@@ -200,14 +208,31 @@ def _audit_rejected(publish: Callable[[Any], None], result: Any, reason: str) ->
                                                        "node": getattr(result, "node", ""), "reason": reason}))
 
 
-def _cluster_executor(settings: Settings, name: str, local: Any) -> Any:
-    if name == "kubernetes":
-        from actions.executors.kubernetes import KubernetesExecutor
+def _enabled(args: argparse.Namespace, cfg: Any) -> list[str]:
+    """The executors to enable (CLI over config), checked before anything starts: one line, exit 2."""
+    from actions.executors import registry
 
-        return KubernetesExecutor.from_settings(settings.actions.kubernetes, clock=time.time)
-    if name == "slurm":
-        from actions.executors.slurm import SlurmExecutor
+    names = args.executors or (registry.expand_legacy(args.executor) if args.executor else cfg.enabled_executors())
+    try:
+        registry.Routes([registry.load(name) for name in registry.check_names(names)])  # the classes route too
+    except registry.UnknownExecutor as exc:
+        raise UsageError(f"act: {exc}") from None
+    return list(names)
 
-        return SlurmExecutor(clock=time.time, scontrol=settings.actions.slurm.scontrol,
-                             timeout_s=settings.actions.slurm.timeout_s)
-    return local
+
+def _names(value: str) -> list[str]:
+    """`--executors a,b`: registered names, each once (argparse turns the error into one line, exit 2)."""
+    from actions.executors.registry import UnknownExecutor, check_names
+
+    try:
+        return check_names([n.strip() for n in value.split(",") if n.strip()])
+    except UnknownExecutor as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _routes_line(routes: Any) -> str:
+    """`kubernetes (evict_node, ...), local (...)`, and what nothing handles."""
+    table = routes.describe()
+    missing = table.pop("unhandled")
+    line = ", ".join(f"{name} ({', '.join(actions)})" for name, actions in table.items())
+    return line + (f"; no executor for {', '.join(missing)}: plans with these fail" if missing else "")

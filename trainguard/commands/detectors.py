@@ -48,6 +48,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def describe(type_name: str) -> dict[str, Any]:
     """One registered type: where it lives, what it consumes, its parameters."""
+    from detectors.dispatch import consumes
     from detectors.registry import available, load
 
     cls = load(type_name)
@@ -57,7 +58,7 @@ def describe(type_name: str) -> dict[str, Any]:
         if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "instance"
     }
     doc = (cls.__doc__ or "").strip().splitlines()
-    return {"type": type_name, "target": available()[type_name], "consumes": sorted(cls.consumes),
+    return {"type": type_name, "target": available()[type_name], "consumes": sorted(consumes(cls)),
             "params": params, "summary": doc[0] if doc else ""}
 
 

@@ -14,7 +14,7 @@ import hashlib
 import math
 import random
 
-from schemas.records import TrainingStep, metric
+from schemas.records import TrainingStep
 from trainguard.simulate.plan import Fault, Layout
 from trainguard.simulate.scenario import Scenario
 
@@ -115,8 +115,8 @@ class StepModel:
             if sdc is not None and r == sdc.rank and (sdc.variant != "intermittent" or step % 3 == 0):
                 check = checksum(job.name, attempt, step, tp, pp, "sdc")
             out.append(TrainingStep(
-                ts=ts, job=job.name, rank=r, node=self._nodes[r], step=step, loss=metric(r_loss),  # type: ignore[arg-type]
-                grad_norm=metric(r_grad), tokens=self._tokens, step_time_s=round(self._step_time, 4),
+                ts=ts, job=job.name, rank=r, node=self._nodes[r], step=step, loss=r_loss,
+                grad_norm=r_grad, tokens=self._tokens, step_time_s=round(self._step_time, 4),
                 compute_time_s=round(self._compute[r], 4), mfu=round(mfu, 4), dp=dp, tp=tp, pp=pp,
                 checksum=check, code_version=code_version, attempt=attempt,
             ))

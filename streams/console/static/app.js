@@ -223,7 +223,7 @@ async function renderIncident(id) {
     el("h2", {}, "Inputs"), kv(dec.inputs), el("h2", {}, "Rejected alternatives"), el("ul", {}, dec.alternatives.map((a) => el("li", {}, a))))
     : el("div", { cls: "panel" }, el("h2", {}, "Decision"), el("span", { cls: "dim" }, "none published yet"));
   const steps = el("table", { id: "steps" }, el("tr", {}, ["#", "action", "nodes", "result", "message"].map((h) => el("th", {}, h))),
-    d.steps.map((s) => el("tr", {}, el("td", {}, s.index), el("td", {}, s.action), el("td", {}, s.nodes.join(", ")),
+    d.steps.map((s) => el("tr", {}, el("td", {}, s.index), el("td", {}, s.action), el("td", {}, s.nodes.join(", ") || s.depends),
       el("td", {}, s.result ? pill(s.result.status) : el("span", { cls: "dim" }, "pending")), el("td", {}, s.result ? s.result.message : ""))));
   const audit = el("table", { id: "audit" }, el("tr", {}, ["at", "event", "actor", "detail"].map((h) => el("th", {}, h))),
     d.audit.map((a) => el("tr", {}, el("td", {}, when(a.ts)), el("td", {}, a.event), el("td", {}, a.actor), el("td", {}, kv(a.detail)))));

@@ -25,6 +25,7 @@ from actions.knowledge import JobKnowledge
 from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
+from schemas.actions import ACTIONS
 from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology
 
 NODES = [f"n{i}" for i in range(8)]
@@ -51,6 +52,9 @@ class Budget:
 
 class Fleet:
     """Agents + scheduler: executes each command id once, like `collectors.agent`."""
+
+    name = "fleet"
+    handles = frozenset(ACTIONS)
 
     def __init__(self) -> None:
         self.executed: dict[str, str] = {}
@@ -117,7 +121,7 @@ def one_life(path: Path, fleet: Fleet, budget: Budget, *, first: bool) -> PlanRu
         knowledge.observe_checkpoint(CheckpointEvent(ts=50.0, job="j", step=100, path="/ck/100"))
     rails = Rails(CircuitBreaker(max_fraction=0.25, window_s=3600), Cooldown(cooldown_s=600),
                   StandbyPool(spares=["s0"]))
-    runner = PlanRunner(journal=journal, rails=rails, node_executor=fleet, cluster_executor=fleet,
+    runner = PlanRunner(journal=journal, rails=rails, executors=[fleet],
                         sink=lambda r: None, clock=lambda: 5.0, topologies=engine.topologies)
     for pending in journal.unfinished():
         runner.run(pending)

@@ -143,3 +143,18 @@ def test_topology_from_incident_evidence_when_none_announced() -> None:
     assert decision.plan[0].nodes == ["a", "c"] and decision.inputs["group"] == "pp"
     bad = eng.decide(incident("slowdown", ranks=[0, 2], iid="i2", topology={"world_size": "x"}))
     assert bad.inputs["topology_known"] is False
+
+
+def test_plans_refer_to_earlier_steps_through_typed_fields() -> None:
+    from schemas.plan import CulpritsOf, ReplayCulprit, StepCondition
+
+    net = engine().decide(incident("network", nodes=["n1"])).plan
+    assert [s.when for s in net] == [None, StepCondition(step=0), StepCondition(step=0), StepCondition(step=0)]
+    hang = engine().decide(incident("hang")).plan  # no suspects: stop-time diagnosis at step 1
+    assert [s.targets_from for s in hang] == [None, None, CulpritsOf(step=1), CulpritsOf(step=1), None]
+    sdc = engine().decide(incident("sdc", nodes=["n2"], ambiguous=False)).plan
+    located = ReplayCulprit(phases=(1, 2), fallback_nodes=("n2",))
+    assert [s.targets_from for s in sdc][3:5] == [located, located]
+    for plan in (net, hang, sdc):  # nothing of the references is left in what executors are sent
+        assert all(not {"only_if_failed", "nodes_from", "from_replay", "fallback_nodes"} & s.params.keys()
+                   for s in plan)

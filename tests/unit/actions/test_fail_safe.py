@@ -81,7 +81,7 @@ def runner(tmp_path: Path, *, fleet_size: int = 0) -> tuple[DecisionEngine, Plan
     rails = Rails(CircuitBreaker(max_fraction=0.25, window_s=3600, fleet_size=fleet_size), Cooldown(cooldown_s=600),
                   StandbyPool())
     audit: list[Record] = []
-    run = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, node_executor=local, cluster_executor=slurm,
+    run = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, executors=[slurm, local],
                      sink=audit.append, clock=lambda: 1.0, topologies=engine.topologies)
     return engine, run, audit, bus
 

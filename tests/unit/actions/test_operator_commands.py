@@ -13,6 +13,7 @@ from actions.journal import Journal
 from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
+from schemas.actions import ACTIONS
 from schemas.records import ActionCommand, ActionResult, Incident, JobTopology, TrainingStep
 from streams.recording import write_recording
 from trainguard.cli import main
@@ -20,6 +21,7 @@ from trainguard.cli import main
 
 class Ok:
     name = "ok"
+    handles = frozenset(ACTIONS)
 
     def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
         return ActionResult(ts=1.0, command_id=command.id, action=command.action, status="ok", job=command.job)
@@ -38,7 +40,7 @@ def runner(state: Path, approval: list[str]) -> tuple[DecisionEngine, PlanRunner
     # A restart needs the job's nodes: without a topology it would name no one and is refused.
     engine.observe_topology(JobTopology(ts=0.0, job="llm", world_size=4, rank_nodes={r: f"n{r}" for r in range(4)}))
     return engine, PlanRunner(
-        journal=Journal(state / "journal.sqlite"), rails=rails, node_executor=Ok(), cluster_executor=Ok(),
+        journal=Journal(state / "journal.sqlite"), rails=rails, executors=[Ok()],
         sink=lambda r: None, clock=lambda: 1.0, topologies=engine.topologies)
 
 

@@ -15,14 +15,16 @@ from actions.journal import Journal
 from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
+from schemas.actions import AGENT_ACTIONS, CLUSTER_ACTIONS
 from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology, Record
-from tests.unit.actions.test_selfcheck_verdict import world
+from tests.unit.actions.test_selfcheck_verdict import agent_answer
 
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
 
 
 class Recorder:
     name = "recorder"
+    handles = AGENT_ACTIONS  # `setup` makes the cluster one handle CLUSTER_ACTIONS
 
     def __init__(self, replies: dict[str, dict[str, Any]] | None = None, fail_on: str = "") -> None:
         self.calls: list[tuple[ActionCommand, list[str]]] = []
@@ -50,8 +52,10 @@ def setup(tmp_path: Path, *, spares: list[str] | None = None, approval: list[str
     audit: list[Record] = []
     rails = Rails(CircuitBreaker(max_fraction=0.25, window_s=3600), Cooldown(cooldown_s=600),
                   StandbyPool(spares=list(spares or [])), approval_kinds=approval or [])
-    runner = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, node_executor=node or Recorder(),
-                        cluster_executor=cluster or Recorder(), sink=audit.append, clock=lambda: 5.0,
+    cluster = cluster or Recorder()
+    cluster.handles = CLUSTER_ACTIONS
+    runner = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, executors=[cluster, node or Recorder()],
+                        sink=audit.append, clock=lambda: 5.0,
                         topologies=eng.topologies)
     return eng, runner, audit
 
@@ -178,16 +182,7 @@ class Agents(Recorder):
         if command.action not in ("self_check", "replay_regroup"):
             return super().execute(command, targets=targets)
         self.calls.append((command, targets))
-        machine, machines = targets[0], command.params["machines"]
-        if command.action == "self_check":
-            report = world(machines, ppn=command.params["procs_per_machine"])[machine]
-            if machine == self.bad:
-                for rec in report["stages"]["bitwise"]:  # type: ignore[index]
-                    rec["digest"] = "flipped"
-        else:
-            report = {"machine": machine, "stages": {"replay": [{"status": "ok", "ok": machine != self.bad}]}}
-        return ActionResult(ts=1.0, command_id=command.id, action=command.action, status="ok", node=machine,
-                            job=command.job, details={"per_node": {machine: "ok"}, "machine_report": report})
+        return agent_answer(command, self.bad)
 
 
 def test_stop_time_diagnosis_fans_out_and_evicts_the_machine_the_self_check_names(tmp_path: Path) -> None:

@@ -33,6 +33,20 @@ def world(machines: list[str] = MACHINES, ppn: int = 2) -> dict[str, dict[str, A
     return out
 
 
+def agent_answer(command: ActionCommand, bad: str) -> ActionResult:
+    """What the agent a fanned-out command names sends back; `bad`'s digests and replay sums are wrong."""
+    machine, machines = command.nodes[0], command.params["machines"]
+    if command.action == "self_check":
+        report = world(machines, ppn=command.params["procs_per_machine"])[machine]
+        if machine == bad:
+            for rec in report["stages"]["bitwise"]:  # type: ignore[index]
+                rec["digest"] = "flipped"
+    else:
+        report = {"machine": machine, "stages": {"replay": [{"status": "ok", "ok": machine != bad}]}}
+    return ActionResult(ts=1.0, command_id=command.id, action=command.action, status="ok", node=machine,
+                        job=command.job, details={"per_node": {machine: "ok"}, "machine_report": report})
+
+
 def stages(report: Any) -> list[tuple[str, str]]:
     return [(s.name, s.status) for s in report.stages]
 

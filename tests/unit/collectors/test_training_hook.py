@@ -10,6 +10,7 @@ import torch
 from list_sink import ListSink
 
 from collectors.training_hook import TrainingMonitor, param_checksum
+from schemas.codec import Codec
 from schemas.records import CheckpointEvent, Heartbeat, JobTopology, PhaseChange, TrainingStep
 
 ENV = {"RANK": "2", "WORLD_SIZE": "4", "NODE_NAME": "gpu-3", "TRAINGUARD_ATTEMPT": "2",
@@ -30,7 +31,8 @@ def test_step_records_carry_everything() -> None:
     assert (first.rank, first.node, first.step, first.attempt, first.code_version) == (2, "gpu-3", 1, 2, "v7")
     assert (first.dp, first.tp, first.pp) == (1, 0, 0)
     assert first.checksum is None and second.checksum == param_checksum(model.parameters())
-    assert second.loss == "nan" and second.grad_norm == "inf"  # NaN stays visible on the wire
+    assert math.isnan(second.loss) and second.grad_norm == math.inf  # floats in Python...
+    assert b'"loss":"nan"' in Codec().encode(second) and b'"grad_norm":"inf"' in Codec().encode(second)  # ...on the wire
     assert first.mfu is not None and math.isclose(first.mfu, 6 * 20 * 1000 / first.step_time_s / 1e12)
     assert sink.of(TrainingStep) == [first, second]
     assert not sink.of(JobTopology)  # only rank 0 announces the topology

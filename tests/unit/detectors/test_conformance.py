@@ -15,9 +15,10 @@ import pytest
 
 from detectors.base import Detector
 from detectors.checks import CHECKS, Check, check_detector, run
+from detectors.dispatch import on
 from detectors.registry import available, load
 from detectors.synthetic import Fleet, mixed_stream
-from schemas.records import Anomaly, Record
+from schemas.records import Record, TrainingStep
 
 TYPES = sorted(available())
 STREAM = mixed_stream()
@@ -41,11 +42,9 @@ class _Mutates(Detector):
     0
     """
 
-    consumes = frozenset({"step"})
-
-    def observe(self, record: Record) -> list[Anomaly]:
+    @on(TrainingStep)
+    def _step(self, record: TrainingStep) -> None:
         msgspec.structs.force_setattr(record, "ts", record.ts + 1.0)
-        return []
 
 
 def test_check_detector_names_the_broken_promise() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import msgspec
 import pytest
 
 from schemas import (
@@ -16,7 +17,6 @@ from schemas import (
     NodeGpuSample,
     TrainingStep,
     XidEvent,
-    as_float,
     metric,
 )
 from schemas.codec import RECORD_TYPES, json_schemas, record_tag
@@ -47,14 +47,58 @@ def test_expected_type_rejects_other_record() -> None:
     assert "type" in str(err.value)
 
 
+def _same(a: float | None, b: float | None) -> bool:
+    return a is b or (a is not None and b is not None and (a == b or (math.isnan(a) and math.isnan(b))))
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1.25])
-def test_nonfinite_metrics_stay_visible(value: float) -> None:
+def test_nonfinite_metrics_round_trip_as_floats(value: float) -> None:
     codec = Codec()
-    step = TrainingStep(ts=1.0, job="j", rank=0, node="n", step=5, loss=metric(value), grad_norm=metric(value))
+    step = TrainingStep(ts=1.0, job="j", rank=0, node="n", step=5, loss=value, grad_norm=value)
     back = codec.decode(codec.encode(step))
-    got = as_float(back.loss)
-    assert got is not None
-    assert (math.isnan(got) and math.isnan(value)) or got == value
+    assert back.loss.__class__ is float and back.grad_norm.__class__ is float
+    assert _same(back.loss, value) and _same(back.grad_norm, value)
+
+
+@pytest.mark.parametrize(("wire", "value"), [("nan", float("nan")), ("inf", float("inf")), ("-inf", float("-inf"))])
+def test_the_wire_spells_nonfinite_metrics_as_strings_every_consumer_reads(wire: str, value: float) -> None:
+    """The strings other producers send (and old recordings hold) decode to floats; NaN encodes as them again,
+    never as null (msgspec's default, which a grad norm would read as 'not reported')."""
+    codec = Codec()
+    raw = json.dumps({"type": "step", "ts": 1.0, "job": "j", "rank": 0, "node": "n", "step": 5, "loss": wire,
+                      "grad_norm": wire}).encode()
+    step = codec.decode(raw)
+    assert _same(step.loss, value) and _same(step.grad_norm, value)
+    encoded = json.loads(codec.encode(step))
+    assert encoded["loss"] == wire and encoded["grad_norm"] == wire
+    assert codec.to_builtins(step)["grad_norm"] == wire
+    assert _same(codec.from_builtins(codec.to_builtins(step)).grad_norm, value)
+
+
+def test_finite_steps_encode_exactly_as_before() -> None:
+    step = TrainingStep(ts=1.0, job="j", rank=0, node="n", step=5, loss=2.5, grad_norm=None)
+    assert Codec().encode(step) == msgspec.json.encode(step)
+
+
+def test_other_strings_are_still_refused() -> None:
+    bad = json.dumps({"type": "step", "ts": 1.0, "job": "j", "rank": 0, "node": "n", "step": 1, "loss": "NaN!"})
+    with pytest.raises(DecodeError) as err:
+        Codec().decode(bad.encode())
+    assert err.value.field == "loss"
+
+
+def test_a_snapshot_buffer_keeps_nan_steps() -> None:
+    """Worker snapshots buffer records as msgpack (streams.state): NaN is a float there, and old strings decode."""
+    step = TrainingStep(ts=1.0, job="j", rank=0, node="n", step=5, loss=float("nan"))
+    back = msgspec.msgpack.decode(msgspec.msgpack.encode(step), type=TrainingStep)
+    assert math.isnan(back.loss)
+    old = msgspec.msgpack.encode({**msgspec.to_builtins(step), "loss": "nan"})
+    assert math.isnan(msgspec.msgpack.decode(old, type=TrainingStep).loss)
+
+
+def test_metric_spells_a_float_for_the_wire() -> None:
+    assert [metric(v) for v in (float("nan"), float("inf"), float("-inf"), 1.5, None)] == ["nan", "inf", "-inf", 1.5,
+                                                                                            None]
 
 
 def test_truncated_json() -> None:

@@ -61,6 +61,7 @@ CASES: dict[str, list[str]] = {
     "worker-no-broker": ["worker"],
     "act-bad-number": ["act", "--max-incidents", "many"],
     "act-no-keys": ["act"],
+    "act-unknown-executor": ["act", "--executor", "kubernets"],
     "act-dry-run-no-broker": ["act", "--dry-run", "--timeout", "5"],
     "actions-missing-id": ["actions", "approve"],
     "actions-missing-report": ["actions", "return-node", "n1", "--report", "/nonexistent/report.json"],

@@ -59,3 +59,12 @@ seccompProfile: {type: RuntimeDefault}
 - {name: kafka, mountPath: /etc/trainguard/kafka, readOnly: true}
 - {name: tmp, mountPath: /tmp}
 {{- end -}}
+
+{{/* act's executors in priority order, comma-joined: act.executors, or the older act.executor plus the node agents. */}}
+{{- define "trainguard.actExecutors" -}}
+{{- $names := .Values.act.executors -}}
+{{- if .Values.act.executor -}}{{- $names = eq .Values.act.executor "local" | ternary (list "local") (list .Values.act.executor "local") -}}{{- end -}}
+{{- if not $names }}{{ fail "act.executors must name at least one executor" }}{{ end -}}
+{{- range $names }}{{ if not (has . (list "kubernetes" "slurm" "local")) }}{{ fail (printf "act.executors: unknown executor %q (kubernetes, slurm or local)" .) }}{{ end }}{{ end -}}
+{{- join "," $names -}}
+{{- end -}}

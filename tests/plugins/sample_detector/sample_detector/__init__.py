@@ -10,7 +10,8 @@ suite checks it like any built-in.
 from __future__ import annotations
 
 from detectors.base import Detector, anomaly_id
-from schemas.records import Anomaly, Record, TrainingStep
+from detectors.dispatch import on
+from schemas.records import Anomaly, TrainingStep
 
 
 class LongStepDetector(Detector):
@@ -22,15 +23,14 @@ class LongStepDetector(Detector):
     [[2]]
     """
 
-    consumes = frozenset({"step"})
-
     def __init__(self, *, instance: str = "sample_long_step", limit_s: float = 60.0) -> None:
         super().__init__(instance=instance)
         self.limit_s = limit_s
         self._seen: set[tuple[str, int]] = set()
 
-    def observe(self, record: Record) -> list[Anomaly]:
-        if not isinstance(record, TrainingStep) or record.step_time_s <= self.limit_s:
+    @on(TrainingStep)  # the one record type it reads: the pipeline sends it steps, and only steps
+    def _step(self, record: TrainingStep) -> list[Anomaly]:
+        if record.step_time_s <= self.limit_s:
             return []
         key = (record.job, record.rank)
         if key in self._seen or len(self._seen) >= 100_000:
