@@ -13,6 +13,7 @@ numbers. Overlaps are counted once, in that order of precedence.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from detectors.common import Bounded
 from schemas.actions import DIAGNOSES
@@ -62,6 +63,7 @@ class _Job:
     max_step: int = -1
     rank: int | None = None
     attempt: int = 0
+    trimmed: int = 0  # steps dropped from the front of `steps` so far
 
 
 class EttrAccount:
@@ -84,12 +86,53 @@ class EttrAccount:
         # a job keeps its last `max_steps` steps (older ones are settled: redone or not).
         self._jobs: Bounded[str, _Job] = Bounded(max_jobs)
         self.max_steps = max_steps
+        self.dirty: set[str] = set()  # jobs changed since `take_dirty` (to journal them)
+
+    def take_dirty(self) -> list[str]:
+        """The jobs changed since the last call (whose account must be made durable)."""
+        out = sorted(job for job in self.dirty if job in self._jobs)
+        self.dirty.clear()
+        return out
+
+    def snapshot(self, job: str, *, steps_from: int = 0) -> dict[str, Any]:
+        """One job's account as plain JSON values (infinities as None), with its steps from the
+        `steps_from`-th step it ever recorded on (the earlier ones are saved apart, see `steps`)."""
+        entry = self._jobs.get(job) or _Job()
+        start = max(0, steps_from - entry.trimmed)
+        return {"first": _finite(entry.first), "last": _finite(entry.last), "max_step": entry.max_step,
+                "rank": entry.rank, "attempt": entry.attempt, "trimmed": entry.trimmed,
+                "steps_from": entry.trimmed + start, "steps": [list(s) for s in entry.steps[start:]],
+                "episodes": [[e.onset, e.detected, e.localised, e.recovered, e.max_step, e.attempt]
+                             for e in entry.episodes]}
+
+    def steps(self, job: str, lo: int, hi: int) -> list[list[float]]:
+        """The job's recorded steps number `lo` to `hi` - 1, counting from its first step ever."""
+        entry = self._jobs.get(job) or _Job()
+        return [list(s) for s in entry.steps[max(0, lo - entry.trimmed):max(0, hi - entry.trimmed)]]
+
+    def steps_seen(self, job: str) -> tuple[int, int]:
+        """(steps trimmed, steps recorded) so far: the range `steps` can return is between them."""
+        entry = self._jobs.get(job) or _Job()
+        return entry.trimmed, entry.trimmed + len(entry.steps)
+
+    def restore(self, job: str, state: dict[str, Any], earlier: list[list[float]] | None = None) -> None:
+        """Take back a job's account from `snapshot` (a restarted act); `earlier`: the steps
+        from number `state["trimmed"]` up to `state["steps_from"]`, saved apart."""
+        first, last = state.get("first"), state.get("last")
+        steps = [*(earlier or []), *state.get("steps", [])]
+        self._jobs[job] = _Job(first=float("inf") if first is None else float(first),
+                               last=float("-inf") if last is None else float(last),
+                               steps=[(int(s), float(t), float(d)) for s, t, d in steps],
+                               episodes=[_Episode(*e) for e in state.get("episodes", [])],
+                               max_step=int(state.get("max_step", -1)), rank=state.get("rank"),
+                               attempt=int(state.get("attempt", 0)), trimmed=int(state.get("trimmed", 0)))
 
     def observe(self, record: Record) -> None:
         """Take in one record; ignores the kinds it does not account for."""
         if isinstance(record, TrainingStep):
             self._step(record)
         elif isinstance(record, Incident):
+            self.dirty.add(record.job)
             job = self._job(record.job)
             job.episodes.append(_Episode(record.onset, record.detected_at, max_step=job.max_step,
                                          attempt=job.attempt))
@@ -98,6 +141,7 @@ class EttrAccount:
         elif isinstance(record, ActionResult) and record.action in DIAGNOSES and record.job in self._jobs:
             episode = self._open(self._jobs[record.job])
             if episode is not None:
+                self.dirty.add(record.job)
                 episode.localised = max(episode.localised or record.ts, record.ts)
 
     def report(self, job: str) -> EttrReport:
@@ -131,6 +175,7 @@ class EttrAccount:
 
     def _step(self, rec: TrainingStep) -> None:
         job = self._job(rec.job)
+        self.dirty.add(rec.job)
         job.attempt = max(job.attempt, rec.attempt)
         if job.rank is None:
             job.rank = rec.rank
@@ -146,6 +191,7 @@ class EttrAccount:
                 ep.recovered = rec.ts - rec.step_time_s
         job.steps.append((rec.step, rec.ts, rec.step_time_s))
         if len(job.steps) > self.max_steps + self.max_steps // 4:  # trim in chunks: amortised O(1)
+            job.trimmed += len(job.steps) - self.max_steps
             del job.steps[: len(job.steps) - self.max_steps]
         job.max_step = max(job.max_step, rec.step)
 
@@ -166,6 +212,10 @@ class EttrAccount:
         for step, ts, _ in job.steps:
             last_run[step] = max(ts, last_run.get(step, ts))
         return [(ts, dur) for step, ts, dur in job.steps if ts < last_run[step]]
+
+
+def _finite(x: float) -> float | None:
+    return x if x not in (float("inf"), float("-inf")) else None
 
 
 def _measure_by_priority(intervals: list[tuple[float, float, int]], *, lo: float, hi: float) -> dict[int, float]:

@@ -67,7 +67,7 @@ class PlanRunner:
     def __init__(self, *, journal: Journal, rails: Rails, executors: Routes | list[Executor],
                  sink: Emit, clock: Clock, topologies: dict[str, Topology] | None = None,
                  reported_attempt: Callable[[str], int] | None = None, max_jobs: int = 4096,
-                 fanout: FanOut | None = None) -> None:
+                 durable: Callable[[], object] | None = None, fanout: FanOut | None = None) -> None:
         self.journal = journal
         self.rails = rails
         # Plans of different jobs run on threads; rails and bookkeeping change only under this
@@ -84,6 +84,10 @@ class PlanRunner:
         # same `attempt` as the nodes that stay, or detectors would see two jobs' worth of steps.
         self.reported_attempt = reported_attempt or (lambda job: 0)
         self.attempts: Bounded[str, int] = Bounded(max_jobs)
+        # Blocks until what the journal holds is also durable elsewhere (the act-state topic):
+        # a command goes out only once its intent, and the decision behind it, would survive
+        # the loss of this machine.
+        self.durable = durable or (lambda: None)
         self._resets_seen = int(journal.get_state("operator").get("breaker_resets", 0))
         self._load_state()
 
@@ -244,6 +248,7 @@ class PlanRunner:
             return self._result(decision, idx, step.action, "failed", f"no enabled executor handles {step.action}")
         self.lock.release()  # held once, by `run`: other jobs' plans go on while this one waits
         try:
+            self.durable()
             if step.action in DIAGNOSES:
                 result = self.fanout.run(executor, command, targets)
             else:

@@ -74,6 +74,9 @@ class ActionSettings(BaseModel):
                           "(`kubernetes` = executors [kubernetes, local]); set executors or executor, not both")
     group_id: str = "trainguard-actions"
     state_dir: Path = Field(Path(".trainguard/actions"), description="journal of decisions and plan steps")
+    state_topic: bool = Field(True, description="mirror the journal on the compacted act-state topic (and "
+                              "rebuild from it at start), so act can move to another machine; off: the "
+                              "local journal only")
     breaker_max_fraction: float = Field(0.25, gt=0, le=1, description="max fraction of nodes evicted per window")
     breaker_window_s: float = Field(3600.0, gt=0)
     fleet_size: int = Field(0, ge=0, description="nodes in the fleet; 0 = unknown, fleet_max_evictions applies")
@@ -92,6 +95,8 @@ class ActionSettings(BaseModel):
     retry_window_s: float = Field(3600.0, gt=0, description="a second unknown fault within this escalates")
     network_confirmations: int = Field(2, ge=1, description="network anomalies needed before evicting")
     plan_workers: int = Field(4, ge=1, description="plans (of different jobs) executed at once")
+    commit_interval_s: float = Field(0.5, gt=0, description="commit consumed offsets at most this often, "
+                                     "each time once the state they imply is journaled and on act-state")
     state_wait_s: float = Field(2.0, ge=0, description="before deciding, wait at most this long for the "
                                 "checkpoint/training topics to be read up to the incident")
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)

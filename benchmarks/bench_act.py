@@ -13,6 +13,11 @@ producing a record to a plain consumer receiving it. After-outage incidents
 are produced as soon as the restarted broker accepts writes, as the worker
 would publish the incidents it found meanwhile.
 
+Both ways of keeping act's state are measured in one run, on the same broker:
+the local journal only (`actions.state_topic: false`) and the journal
+mirrored on the compacted act-state topic (the default: a command waits for
+its intent to be committed there, offsets for the batch's state).
+
     python -m benchmarks act [--incidents 40] [--load 500] [--outage 20]
 """
 
@@ -29,11 +34,14 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
 
+from actions.journal import Journal
 from schemas.codec import Codec
 from schemas.records import ActionCommand, ActionResult, Incident, JobTopology, Record, TrainingStep
+from schemas.signing import generate, load_signer
 from schemas.topics import Topics, key_for
 from trainguard.localkafka.broker import LocalBroker
 from trainguard.settings import BrokerSettings
@@ -47,11 +55,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Rig:
-    """Producer, command watcher + agent responder, background load."""
+NODES = ("bench-a", "bench-b")  # every job's two nodes (act reads the nodes' public keys at start)
 
-    def __init__(self, servers: str, topics: Topics) -> None:
+
+def key_env(root: Path) -> dict[str, str]:
+    """Signing keys for act and the played agents, made once, as `trainguard keys generate` does."""
+    if not (root / "act.key").exists():
+        generate(root, "act")
+        for node in NODES:
+            generate(root / "nodes", node)
+    return {"TRAINGUARD_SECURITY__ACT_PRIVATE_KEY": str(root / "act.key"),
+            "TRAINGUARD_SECURITY__NODE_PUBLIC_KEYS": f'["{root / "nodes"}"]'}
+
+
+class Rig:
+    """Producer, command watcher + agent responder (signing as each node), background load."""
+
+    def __init__(self, servers: str, topics: Topics, keys: Path) -> None:
         self.servers, self.topics, self.codec = servers, topics, Codec()
+        self.signers = {node: load_signer(keys / "nodes" / f"{node}.key") for node in NODES}
         self.producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=0, retries=50,
                                       reconnect_backoff_max_ms=500)
         self.first_command: dict[str, float] = {}
@@ -60,7 +82,10 @@ class Rig:
         self.load_paused = threading.Event()
 
     def send(self, record: Record) -> None:
-        self.producer.send(self.topics.for_record(record), key=key_for(record), value=self.codec.encode(record))
+        value = self.codec.encode(record)
+        node = getattr(record, "node", "")
+        headers = self.signers[node].headers(value) if isinstance(record, ActionResult) else None
+        self.producer.send(self.topics.for_record(record), key=key_for(record), value=value, headers=headers)
 
     def watch(self) -> None:
         consumer = KafkaConsumer(self.topics.name("actions"), bootstrap_servers=self.servers, group_id=None,
@@ -89,7 +114,7 @@ class Rig:
     def incident(self, i: int, tag: str) -> str:
         job = f"{tag}-job-{i}"
         now = time.time()
-        self.send(JobTopology(ts=now, job=job, world_size=2, rank_nodes={0: f"{job}-a", 1: f"{job}-b"}))
+        self.send(JobTopology(ts=now, job=job, world_size=2, rank_nodes=dict(enumerate(NODES))))
         self.producer.flush()
         iid = f"{tag}-{i}-{uuid.uuid4().hex[:6]}"
         self.sent_at[iid] = time.time()
@@ -135,77 +160,111 @@ def latencies(rig: Rig, ids: list[str], wait_s: float = 30.0) -> list[float]:
     return [rig.first_command[i] - rig.sent_at[i] for i in ids if i in rig.first_command]
 
 
+def explain_missing(rig: Rig, ids: list[str], journal_path: Path) -> None:
+    """For incidents that got no command: what act's journal says about them."""
+    journal = Journal(journal_path)
+    try:
+        for iid in ids:
+            if iid not in rig.first_command:
+                d = journal.decision_for(iid)
+                steps = [(r.action, r.status, r.message) for r in journal.steps(d.id)] if d else []
+                print(f"  no command for {iid}: decision {d.status if d else None} {d.rule if d else ''} {steps}")
+    finally:
+        journal.close()
+
+
+def measure(broker: LocalBroker, servers: str, tmp: str, args: argparse.Namespace, *, mirror: bool) -> dict[str, Any]:
+    """One act (state mirroring on or off): warm up, steady incidents, a broker outage, incidents after it."""
+    prefix = f"bench-act-{uuid.uuid4().hex[:6]}."
+    env = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": servers, "TRAINGUARD_TOPICS__PREFIX": prefix,
+           "TRAINGUARD_TOPICS__PARTITIONS": "4", "TRAINGUARD_ACTIONS__STATE_DIR": f"{tmp}/act-{prefix}",
+           "TRAINGUARD_ACTIONS__GROUP_ID": f"g-{prefix}", "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "10",
+           "TRAINGUARD_ACTIONS__COOLDOWN_S": "0", "TRAINGUARD_ACTIONS__STATE_TOPIC": str(mirror).lower()}
+    act_log = open(f"{args.act_log}.{'mirror' if mirror else 'journal'}", "w") if args.act_log \
+        else subprocess.DEVNULL  # noqa: SIM115
+    level = "info" if args.act_log else "warn"
+    act = subprocess.Popen([sys.executable, "-m", "trainguard.cli", "act", "--executor", "local",
+                            "--log", f"{tmp}/decisions-{prefix}.jsonl", "--loglevel", level],
+                           env={**env, **key_env(Path(tmp) / "keys")}, cwd=ROOT, stdout=act_log,
+                           stderr=subprocess.STDOUT)
+    rig = Rig(servers, Topics(prefix), Path(tmp) / "keys")
+    threads = [threading.Thread(target=rig.watch, daemon=True),
+               threading.Thread(target=rig.load, args=(args.load,), daemon=True)]
+    try:
+        time.sleep(3.0)  # act creates the topics
+        for t in threads:
+            t.start()
+        warm = rig.incident(-1, "warmup")
+        latencies(rig, [warm], wait_s=120)  # act is up and assigned
+        base = bare_round_trip(servers, Topics(prefix).name("audit"))
+        steady = []
+        for i in range(args.incidents):  # paced: one incident every 0.25 s
+            steady.append(rig.incident(i, "steady"))
+            time.sleep(0.25)
+        steady_lat = latencies(rig, steady)
+        rig.load_paused.set()
+        broker.stop()
+        time.sleep(args.outage)
+        broker.start()
+        back = time.time()
+        rig.load_paused.clear()
+        after = []
+        for i in range(args.incidents // 2):  # at once: what the worker found meanwhile, then more
+            after.append(rig.incident(i, "after"))
+            time.sleep(0.25)
+        after_lat = latencies(rig, after, wait_s=120)
+        first_after = min((rig.first_command[i] for i in after if i in rig.first_command), default=float("nan"))
+        after_base = bare_round_trip(servers, Topics(prefix).name("audit"), n=5)
+        explain_missing(rig, [*steady, *after], Path(f"{tmp}/act-{prefix}/journal.sqlite"))
+    finally:
+        rig.stop.set()
+        act.terminate()
+        try:
+            act.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            act.kill()
+        for t in threads:
+            t.join(timeout=5)
+        rig.producer.close(timeout=5)
+    return {"base": base, "steady": steady_lat, "after": after_lat, "first_after": first_after - back,
+            "after_base": after_base, "load": os.getloadavg()[0]}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_act")
     parser.add_argument("--incidents", type=int, default=40)
     parser.add_argument("--load", type=float, default=500.0, help="training records/s in the background")
     parser.add_argument("--outage", type=float, default=20.0, help="seconds the broker is down")
-    parser.add_argument("--act-log", default="", help="write act's output (info level) here")
+    parser.add_argument("--act-log", default="", help="write act's output (info level) here (.mirror/.journal)")
+    parser.add_argument("--only", choices=["journal", "mirror"], help="measure one way only")
     args = parser.parse_args(list(argv or []))
+    results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         settings = BrokerSettings(port=free_port(), controller_port=free_port(), data_dir=Path(tmp) / "kafka",
                                   heap_mb=256)
         broker = LocalBroker(settings, lib_dir=(ROOT / ".trainguard/kafka-lib").resolve())
         broker.start()
-        prefix = f"bench-act-{uuid.uuid4().hex[:6]}."
-        env = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": settings.servers, "TRAINGUARD_TOPICS__PREFIX": prefix,
-               "TRAINGUARD_TOPICS__PARTITIONS": "4", "TRAINGUARD_ACTIONS__STATE_DIR": f"{tmp}/act",
-               "TRAINGUARD_ACTIONS__GROUP_ID": f"g-{prefix}", "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "10",
-               "TRAINGUARD_ACTIONS__COOLDOWN_S": "0"}
-        act_log = open(args.act_log, "w") if args.act_log else subprocess.DEVNULL  # noqa: SIM115
-        act = subprocess.Popen([sys.executable, "-m", "trainguard.cli", "act", "--executor", "local",
-                                "--log", f"{tmp}/decisions.jsonl", "--loglevel", "info" if args.act_log else "warn"],
-                               env=env, cwd=ROOT, stdout=act_log, stderr=subprocess.STDOUT)
-        rig = Rig(settings.servers, Topics(prefix))
-        threads = [threading.Thread(target=rig.watch, daemon=True),
-                   threading.Thread(target=rig.load, args=(args.load,), daemon=True)]
-        try:
-            time.sleep(3.0)  # act creates the topics
-            for t in threads:
-                t.start()
-            warm = rig.incident(-1, "warmup")
-            latencies(rig, [warm], wait_s=120)  # act is up and assigned
-            base = bare_round_trip(settings.servers, Topics(prefix).name("audit"))
-            steady = []
-            for i in range(args.incidents):  # paced: one incident every 0.25 s
-                steady.append(rig.incident(i, "steady"))
-                time.sleep(0.25)
-            steady_lat = latencies(rig, steady)
-            rig.load_paused.set()
-            broker.stop()
-            time.sleep(args.outage)
-            broker.start()
-            back = time.time()
-            rig.load_paused.clear()
-            after = []
-            for i in range(args.incidents // 2):  # at once: what the worker found meanwhile, then more
-                after.append(rig.incident(i, "after"))
-                time.sleep(0.25)
-            after_lat = latencies(rig, after, wait_s=120)
-            first_after = min((rig.first_command[i] for i in after if i in rig.first_command), default=float("nan"))
-            after_base = bare_round_trip(settings.servers, Topics(prefix).name("audit"), n=5)
+        try:  # the same broker, one after the other: the local journal only, then mirrored on act-state
+            for name, mirror in (("journal only", False), ("journal + act-state", True)):
+                if args.only and args.only != ("mirror" if mirror else "journal"):
+                    continue
+                results[name] = measure(broker, settings.servers, tmp, args, mirror=mirror)
         finally:
-            rig.stop.set()
-            act.terminate()
-            try:
-                act.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                act.kill()
-            for t in threads:
-                t.join(timeout=5)
-            rig.producer.close(timeout=5)
             broker.stop()
-    load = os.getloadavg()[0]
-    b50, b99 = pct(base, 0.5), pct(base, 0.99)
-    print(f"incident -> first command, act with {args.load:.0f} training records/s in the background; load {load:.2f}")
-    print(f"  baseline bare Kafka round trip    p50 {b50 * 1e3:7.1f} ms  p99 {b99 * 1e3:7.1f} ms")
-    print(f"  broker start() returned -> first command after the outage: {first_after - back:5.2f} s "
-          f"(bare round trip then: p50 {pct(after_base, 0.5) * 1e3:.1f} ms)")
-    for name, lat in (("steady", steady_lat), (f"after a {args.outage:.0f}s outage", after_lat)):
-        if lat:
-            p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
-            print(f"  {name:32s} p50 {p50 * 1e3:7.1f} ms  p99 {p99 * 1e3:7.1f} ms  "
-                  f"({p50 / b50:.1f}x / {p99 / b99:.1f}x baseline, n={len(lat)})")
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    print(f"incident -> first command, act with {args.load:.0f} training records/s in the background")
+    print(f"  uptime: {uptime}")
+    for name, r in results.items():
+        b50, b99 = pct(r["base"], 0.5), pct(r["base"], 0.99)
+        print(f"{name} (load {r['load']:.2f} at its end)")
+        print(f"  baseline bare Kafka round trip    p50 {b50 * 1e3:7.1f} ms  p99 {b99 * 1e3:7.1f} ms")
+        print(f"  broker start() returned -> first command after the outage: {r['first_after']:5.2f} s "
+              f"(bare round trip then: p50 {pct(r['after_base'], 0.5) * 1e3:.1f} ms)")
+        for phase, lat in (("steady", r["steady"]), (f"after a {args.outage:.0f}s outage", r["after"])):
+            if lat:
+                p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
+                print(f"  {phase:32s} p50 {p50 * 1e3:7.1f} ms  p99 {p99 * 1e3:7.1f} ms  "
+                      f"({p50 / b50:.1f}x / {p99 / b99:.1f}x baseline, n={len(lat)})")
     return 0
 
 

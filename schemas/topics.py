@@ -34,11 +34,14 @@ TOPIC_OF_TAG: dict[str, str] = {tag: topic for topic, tags in TOPIC_RECORDS.item
 # The worker's own topics. `node-events` is the repartition topic: node records sent without
 # a job, re-keyed by their node's job so they meet the job's training events on one partition.
 # `node-jobs` (compacted, node -> job) and `worker-state` (compacted detector snapshots) hold
-# no records.
+# no records. `act-state` (compacted, one partition: a total order) mirrors act's journal
+# (actions.state_items), so a restarted act on any machine knows what the old one knew.
 INTERNAL_RECORDS: dict[str, tuple[str, ...]] = {"node-events": ("gpu_sample", "rdma_sample", "log")}
-STATE_TOPICS: tuple[str, ...] = ("node-events", "node-jobs", "worker-state")
+STATE_TOPICS: tuple[str, ...] = ("node-events", "node-jobs", "worker-state", "act-state")
 TOPIC_CONFIGS: dict[str, dict[str, str]] = {"worker-state": {"cleanup.policy": "compact"},
-                                            "node-jobs": {"cleanup.policy": "compact"}}
+                                            "node-jobs": {"cleanup.policy": "compact"},
+                                            "act-state": {"cleanup.policy": "compact"}}
+TOPIC_PARTITIONS: dict[str, int] = {"act-state": 1}  # else `topics.partitions`
 # Node records: keyed by their job when they carry one (co-partitioned with the job's training
 # events); a DaemonSet agent's jobless ones by node, and the worker repartitions them.
 NODE_TOPICS: tuple[str, ...] = ("gpu", "rdma", "logs")
@@ -72,6 +75,10 @@ class Topics:
     def configs(self) -> dict[str, dict[str, str]]:
         """Topic-level settings by physical name (the changelog is compacted)."""
         return {self.prefix + t: c for t, c in TOPIC_CONFIGS.items()}
+
+    def partitions(self, default: int) -> dict[str, int]:
+        """Partition counts by physical name: `default` unless a topic needs its own (act-state: 1)."""
+        return {name: TOPIC_PARTITIONS.get(self.logical(name), default) for name in self.all()}
 
     def logical(self, physical: str) -> str:
         """Inverse of `name`: strip the prefix."""

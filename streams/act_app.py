@@ -13,8 +13,12 @@ Each fetched batch is handled state first (checkpoints, topologies, steps,
 agents' results), then incidents, so "which checkpoint precedes the onset?"
 is answered from everything fetched so far; if the state partitions still
 lag behind the incident, the loop fetches them up to their current end
-first (bounded by `actions.state_wait_s`). Offsets are committed after the
-batch: every record's effect is by then in the journal.
+first (bounded by `actions.state_wait_s`). Offsets are committed at most
+every `actions.commit_interval_s`, and only once every record's effect is in
+the journal and on the act-state topic (`ActCore.save_state`, then the
+mirror's `durable` wait, `streams.state_mirror`). The wait runs beside the
+loop, not in it: the next batch is fetched and decided meanwhile, so the
+mirror's round trips never delay a decision.
 
 `ActLoop.subscribe(topic, handler)` adds another topic (an operator topic,
 say): its records go to `handler` in the same ordered, journal-then-commit loop.
@@ -32,6 +36,7 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
 
 from schemas.codec import Codec, DecodeError
 from schemas.kafka_config import BrokerSettings, client_options
@@ -50,11 +55,12 @@ class ActLoop:
     """One consumer over the followed topics; journal, then commit."""
 
     def __init__(self, *, broker: BrokerSettings, topics: Topics, core: ActCore, group_id: str,
-                 state_wait_s: float = 2.0) -> None:
+                 state_wait_s: float = 2.0, commit_interval_s: float = 0.5) -> None:
         self.broker = broker
         self.core = core
         self.group_id = group_id
         self.state_wait_s = state_wait_s
+        self.commit_interval_s = commit_interval_s
         self.incidents = topics.name("incidents")
         self.state = {topics.name(t) for t in ("checkpoints", "training", "action-results")}
         self.handlers: dict[str, Handler] = {name: core.observe for name in self.state}
@@ -75,14 +81,37 @@ class ActLoop:
         consumer = kafka_io.aio_consumer(self.broker, self.incidents, *self.handlers, group_id=self.group_id,
                                          retry_backoff_ms=100)
         await consumer.start()
+        pending: asyncio.Task[None] | None = None
+        handled, last = False, time.monotonic()
         try:
             while not self._stopping.is_set():
                 fetched = await consumer.getmany(timeout_ms=50, max_records=5000)
                 if fetched:
                     await self._handle(consumer, fetched)
-                    await consumer.commit()  # after the batch: its state and decisions are journaled
+                    handled = True
+                due = time.monotonic() - last >= self.commit_interval_s
+                if handled and due and (pending is None or pending.done()):
+                    pending = await self._checkpoint(consumer)
+                    handled, last = False, time.monotonic()
+            if pending is not None:
+                await pending
+            if handled:
+                await (await self._checkpoint(consumer))
         finally:
             await consumer.stop()
+
+    async def _checkpoint(self, consumer: AIOKafkaConsumer) -> asyncio.Task[None]:
+        """Save what the handled records imply, then (beside the loop) commit their offsets once durable."""
+        offsets = {tp: await consumer.position(tp) for tp in consumer.assignment()}
+        self.core.save_state()  # consistent with `offsets`: no record is handled in between
+        return asyncio.create_task(self._commit(consumer, offsets))
+
+    async def _commit(self, consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
+        await asyncio.to_thread(self.core.durable)  # journaled state on the act-state topic first
+        try:
+            await consumer.commit(offsets)
+        except KafkaError as exc:  # a rebalance or an outage: the next commit covers these offsets
+            log.warning("offset commit failed (%s); the next one covers it", type(exc).__name__)
 
     async def _handle(self, consumer: AIOKafkaConsumer, fetched: Fetched) -> None:
         incidents: list[ConsumerRecord[Any, Any]] = []
@@ -109,8 +138,14 @@ class ActLoop:
     async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
         """Read the state partitions up to their current end before deciding (bounded wait)."""
         parts = [tp for tp in consumer.assignment() if tp.topic in self.state]
-        ends = {tp: consumer.highwater(tp) for tp in parts}
-        behind = [tp for tp in parts if ends[tp] is not None and await consumer.position(tp) < ends[tp]]
+        # The broker's current ends, not the consumer's cached high-water marks: those date from
+        # the fetch that buffered the records, which may predate the topology an incident needs.
+        ends: dict[TopicPartition, int | None] = {tp: consumer.highwater(tp) for tp in parts}
+        try:
+            ends.update(await asyncio.wait_for(consumer.end_offsets(parts), self.state_wait_s) if parts else {})
+        except (TimeoutError, KafkaError):
+            log.warning("state topics' end offsets unavailable; deciding on what was fetched")
+        behind = [tp for tp in parts if ends[tp] is not None and await consumer.position(tp) < (ends[tp] or 0)]
         deadline = time.monotonic() + self.state_wait_s
         while behind and time.monotonic() < deadline:
             fetched = await consumer.getmany(*behind, timeout_ms=50, max_records=5000)
@@ -150,7 +185,7 @@ def create_act_app(settings: ActConfig, core: ActCore, *, max_incidents: int | N
                     topic_replication_factor=settings.topics.replication, web_enabled=False,
                     **client_options(settings.broker, "faust"))
     loop = ActLoop(broker=settings.broker, topics=Topics(settings.topics.prefix), core=core,
-                   group_id=cfg.group_id, state_wait_s=cfg.state_wait_s)
+                   group_id=cfg.group_id, state_wait_s=cfg.state_wait_s, commit_interval_s=cfg.commit_interval_s)
     app.trainguard_core = core  # type: ignore[attr-defined]
     app.trainguard_loop = loop  # type: ignore[attr-defined]  # `subscribe` more topics before the app starts
     loop.subscribe(Topics(settings.topics.prefix).name("operator"), core.observe)  # the console's commands

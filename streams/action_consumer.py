@@ -67,13 +67,14 @@ class ActCore:
                  metrics: ActionMetrics | None = None, ettr: EttrAccount | None = None,
                  on_decision: OnDecision | None = None, plan_workers: int = 4, max_jobs: int = 4096,
                  operator_max_age_s: float = DEFAULT_MAX_AGE_S, node_keys: KeyRing | None = None,
-                 worker_keys: KeyRing | None = None) -> None:
+                 worker_keys: KeyRing | None = None, durable: Callable[[], object] | None = None) -> None:
         self.engine = engine
         self.runner = runner
         self.knowledge = knowledge
         self.publish = publish
         self.metrics = metrics or ActionMetrics()
-        self.ettr = ettr or EttrAccount()
+        self.ettr = knowledge.ettr if ettr is None else ettr
+        knowledge.ettr = self.ettr  # one account: observed here, journaled by the knowledge
         self.on_decision = on_decision or (lambda _i, _d: None)
         self.decided = 0
         self._pool = ThreadPoolExecutor(max_workers=plan_workers, thread_name_prefix="act-plan")
@@ -84,6 +85,13 @@ class ActCore:
         self._rails_shown: dict[str, object] | None = None
         self.node_keys = node_keys or KeyRing()  # who may sign results (each node its own)
         self.worker_keys = worker_keys or KeyRing()  # empty: incidents trusted by Kafka ACLs alone
+        self.durable = durable or (lambda: None)  # waits until the journal is mirrored (streams.state_mirror)
+
+    def save_state(self) -> None:
+        """Journal what observing records changed and is not journaled as it happens (ETTR); the loop
+        then waits for `durable` before committing the offsets of the records observed so far."""
+        with self._lock:
+            self.knowledge.save_ettr()
 
     # ------------------------------------------------------------ records
 

@@ -42,11 +42,13 @@ def require_broker(settings: KafkaConfig) -> None:
 
 
 def ensure_topics(broker: BrokerSettings | str, names: list[str], *, partitions: int, replication: int,
-                  configs: dict[str, dict[str, str]] | None = None) -> list[str]:
+                  configs: dict[str, dict[str, str]] | None = None,
+                  partitions_of: dict[str, int] | None = None) -> list[str]:
     """Create the topics that do not exist yet; return the ones created.
 
     `configs` maps a topic name to its topic-level settings (e.g. the
-    changelog's `cleanup.policy=compact`).
+    changelog's `cleanup.policy=compact`); `partitions_of` overrides `partitions`
+    for some topics (act-state has one partition: its records are totally ordered).
     """
     admin = kafka_io.admin(kafka_io.as_broker(broker))
     try:
@@ -55,8 +57,9 @@ def ensure_topics(broker: BrokerSettings | str, names: list[str], *, partitions:
         if missing:
             try:
                 admin.create_topics(
-                    [NewTopic(n, num_partitions=partitions, replication_factor=replication,
-                              topic_configs=(configs or {}).get(n, {})) for n in missing]
+                    [NewTopic(n, num_partitions=(partitions_of or {}).get(n, partitions),
+                              replication_factor=replication, topic_configs=(configs or {}).get(n, {}))
+                     for n in missing]
                 )
             except TopicAlreadyExistsError:
                 pass  # another process won the race; that is fine
@@ -69,4 +72,5 @@ def ensure_configured_topics(settings: KafkaConfig, names: list[str] | None = No
     """`ensure_topics` with the configured servers, layout and (by default) every topic of the prefix."""
     topics = Topics(settings.topics.prefix)
     return ensure_topics(settings.broker, names or topics.all(), partitions=settings.topics.partitions,
-                         replication=settings.topics.replication, configs=topics.configs())
+                         replication=settings.topics.replication, configs=topics.configs(),
+                         partitions_of=topics.partitions(settings.topics.partitions))

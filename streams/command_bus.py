@@ -5,8 +5,10 @@ order on one partition. Results are read from `<prefix>action-results` by a
 consumer that is positioned at the end *before* the first command is sent,
 so a fast agent's answer is never missed; results for other commands that
 arrive meanwhile are kept for their own `collect` call. Plans of several
-jobs run on threads at once, so the one results consumer is polled under a
-lock, briefly, by whichever thread is waiting.
+jobs run on threads at once: one reader thread polls the results consumer
+and hands each result to the waiting `collect` (a condition per bus, held
+only to file a result, never while polling), so no plan thread ever waits
+on the broker for another.
 
 Every command is stamped with its issue time and expiry, encoded, and the
 encoded bytes signed with act's key (headers `tg-kid`/`tg-sig`). A result
@@ -45,7 +47,8 @@ class KafkaCommandBus:
         # Reconnect fast after a broker outage (kafka-python backs off up to 30 s by default).
         self._producer = kafka_io.producer(settings, linger_ms=0, reconnect_backoff_max_ms=500)
         self._consumer = kafka_io.consumer(settings, reconnect_backoff_max_ms=500)
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._closing = False
         name = topics.name("action-results")
         parts = kafka_io.partitions_for(self._consumer, name)
         self._consumer.assign(parts)
@@ -55,6 +58,8 @@ class KafkaCommandBus:
         # Results of commands nobody waits for (another act's, a re-sent command's first answer)
         # would pile up: the oldest are forgotten past the bound.
         self._pending: Bounded[str, list[ActionResult]] = Bounded(10_000)
+        self._reader = threading.Thread(target=self._read, name="act-results-reader", daemon=True)
+        self._reader.start()
 
     def send(self, command: ActionCommand) -> ActionCommand:
         """Stamp issue time and expiry, sign the encoded bytes, publish keyed by job; returns what was sent."""
@@ -68,32 +73,42 @@ class KafkaCommandBus:
 
     def collect(self, command_id: str, *, nodes: list[str], timeout_s: float) -> list[ActionResult]:
         """Results for `command_id` until every node answered (or one, if `nodes` is empty)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                if self._complete(command_id, nodes):
-                    break
-                for messages in self._consumer.poll(timeout_ms=100).values():
-                    for msg in messages:
-                        self._take(msg.value, msg.headers)
-            time.sleep(0.001)  # let another waiting thread take the lock
-        with self._lock:
+        with self._cond:
+            self._cond.wait_for(lambda: self._complete(command_id, nodes), timeout_s)
             return self._pending.pop(command_id, [])
 
-    def _take(self, value: bytes, headers: Any) -> None:
-        """Keep a result for its `collect` call if the node it names signed it; otherwise reject it."""
+    def _read(self) -> None:
+        """The one reader of the results topic: file each result, wake the waiters."""
+        while not self._closing:
+            try:
+                fetched = self._consumer.poll(timeout_ms=100)
+            except Exception:  # noqa: BLE001 - a closing consumer or an outage: the next poll tells
+                time.sleep(0.1)
+                continue
+            results = [r for messages in fetched.values() for m in messages
+                       if (r := self._verified(m.value, m.headers)) is not None]
+            if results:
+                with self._cond:
+                    for result in results:
+                        self._pending[result.command_id] = [*self._pending.get(result.command_id, []), result]
+                    self._cond.notify_all()
+
+    def _verified(self, value: bytes, headers: Any) -> ActionResult | None:
+        """The result, if the node it names signed it; otherwise reject it (None)."""
         try:
             result = self.codec.decode(value, ActionResult)
         except DecodeError:
-            return
+            return None
         problem = signed_by_node(self.node_keys, value, headers, result.node)
         if problem:
             self.on_reject(result, problem)
-            return
-        self._pending[result.command_id] = [*self._pending.get(result.command_id, []), result]
+            return None
+        return result
 
     def close(self) -> None:
-        """Release the Kafka clients."""
+        """Stop the reader and release the Kafka clients."""
+        self._closing = True
+        self._reader.join(timeout=5)
         self._producer.close()
         self._consumer.close()
 

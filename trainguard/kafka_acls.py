@@ -24,7 +24,7 @@ class Grant:
 
     role: str
     operation: Operation
-    resource: Literal["TOPIC", "GROUP"]
+    resource: Literal["TOPIC", "GROUP", "TRANSACTIONAL_ID"]
     name: str
     prefixed: bool = False
 
@@ -33,7 +33,8 @@ ROLE_DOC = {
     "collector": "node collectors (`trainguard collect`) and the training hook: telemetry only",
     "agent": "`trainguard run` on each node: reads commands, writes results, logs, stacks and audit",
     "worker": "`trainguard worker`: reads telemetry, writes anomalies, incidents, dead letters",
-    "act": "`trainguard act`: reads incidents and results, writes decisions, commands and audit",
+    "act": "`trainguard act`: reads incidents and results, writes decisions, commands and audit; "
+           "alone reads and writes its state topic (act-state), transactionally",
 }
 
 
@@ -53,12 +54,15 @@ def recommended(prefix: str = "tg.", worker_group: str = "trainguard-worker",
                for t in ("incidents", "action-results", "checkpoints", "training")]
     grants += [Grant("act", "READ", "GROUP", act_group)]
     grants += [Grant("act", "WRITE", "TOPIC", f"{prefix}{t}") for t in ("actions", "decisions", "audit")]
+    # act's durable state: no other role may read it (it holds signed commands) or write it.
+    grants += [Grant("act", op, "TOPIC", f"{prefix}act-state") for op in ("READ", "WRITE")]
+    grants += [Grant("act", op, "TRANSACTIONAL_ID", f"{act_group}.state") for op in ("WRITE", "DESCRIBE")]
     return grants
 
 
 def kafka_acls_command(grant: Grant, principal: str, bootstrap: str = "$BOOTSTRAP") -> str:
     """The `kafka-acls.sh` line that creates `grant` for `principal` (e.g. User:trainguard-act)."""
-    kind = "--topic" if grant.resource == "TOPIC" else "--group"
+    kind = {"TOPIC": "--topic", "GROUP": "--group", "TRANSACTIONAL_ID": "--transactional-id"}[grant.resource]
     pattern = " --resource-pattern-type prefixed" if grant.prefixed else ""
     return (f"kafka-acls.sh --bootstrap-server {bootstrap} --command-config admin.properties --add "
             f"--allow-principal {principal} --operation {grant.operation.title()} {kind} {grant.name}{pattern}")

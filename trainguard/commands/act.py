@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from schemas.actions import ACTIONS
 from schemas.records import Decision, Incident
 from trainguard.errors import UsageError
 from trainguard.settings import Settings
@@ -51,7 +48,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import msgspec
 
     from schemas.topics import Topics
-    from streams.act_app import create_act_app
+    from streams.act_factory import create_action_app
     from streams.admin import ensure_configured_topics, require_broker
 
     console = Console()
@@ -74,22 +71,27 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         with args.log.open("a") as f:
             f.write(json.dumps(msgspec.to_builtins(decision)) + "\n")
 
-    core, close = build_core(settings, topics, executors=executors, dry_run=dry_run, on_decision=show)
+    _wait_for_leadership(settings, console)  # before reading act's state: the leader owns it
+    built = create_action_app(settings, executors=executors, dry_run=dry_run, on_decision=show,
+                              max_incidents=args.max_incidents, timeout_s=args.timeout)
+    if built.mirror is not None and built.mirror.restored is not None:
+        r = built.mirror.restored
+        console.print(f"act: state from {topics.name('act-state')} and the journal (epoch {r.epoch}, "
+                      f"{len(r.to_local)} items taken, {len(r.to_publish)} published)")
     if args.metrics_port:
-        core.metrics.serve(args.metrics_port)
-    _wait_for_leadership(settings, console)
-    mode = "dry-run" if dry_run else f"executors {_routes_line(core.runner.routes)}"
+        built.core.metrics.serve(args.metrics_port)
+    mode = "dry-run" if dry_run else f"executors {_routes_line(built.core.runner.routes)}"
     if not settings.security.worker_public_keys:
         console.print("act: incidents are trusted by who may write them (Kafka ACLs); set "
                       "security.worker_public_keys to accept only incidents the worker signed")
     console.print(f"act: {mode}, consuming {topics.name('incidents')} on {settings.broker.servers}")
-    app = create_act_app(settings, core, max_incidents=args.max_incidents, timeout_s=args.timeout)
     try:
-        faust.Worker(app, loglevel=args.loglevel, quiet=True, redirect_stdouts=False).execute_from_commandline()
+        faust.Worker(built.app, loglevel=args.loglevel, quiet=True,
+                     redirect_stdouts=False).execute_from_commandline()
     except SystemExit as exc:  # the worker exits the process when it stops; finish our part first
-        close()
+        built.close()
         return int(exc.code or 0)
-    close()
+    built.close()
     return 0
 
 
@@ -106,106 +108,6 @@ def _wait_for_leadership(settings: Settings, console: Console) -> None:
     elector.wait_until_leader()
     console.print("act: leading")
     elector.keep_leading(on_lost=lambda: os._exit(1))  # never act beside a new leader
-
-
-def build_core(settings: Settings, topics: Any, *, executors: list[str], dry_run: bool,
-               on_decision: Any = None) -> tuple[Any, Callable[[], None]]:
-    """Wire engine, journal, knowledge, rails, executors and the publishing edge from settings.
-
-    Returns the `ActCore` and a function that waits for running plans and
-    releases the Kafka clients. The Kafka clients are built by `streams.kafka_io`.
-    """
-    from functools import partial
-
-    from actions.checkpoints import CheckpointRegistry
-    from actions.engine import DecisionEngine
-    from actions.ettr import EttrAccount
-    from actions.executors import registry
-    from actions.journal import Journal
-    from actions.knowledge import JobKnowledge
-    from actions.runner import PlanRunner
-    from actions.selfcheck.fanout import FanOut
-    from schemas.codec import Codec
-    from schemas.records import AuditEntry, Record
-    from schemas.topics import key_for
-    from streams import kafka_io
-    from streams.action_consumer import ActCore
-    from streams.command_bus import KafkaCommandBus
-
-    cfg, sec = settings.actions, settings.security
-    # No default key: act refuses to execute anything it could not sign (one line, exit 2, via the CLI).
-    signer = None if dry_run else sec.signer("act")
-    node_keys = sec.ring("node") if dry_run else sec.required_ring("node")
-    checkpoints = CheckpointRegistry(max_jobs=cfg.max_jobs)
-    engine = DecisionEngine(checkpoints, dry_run=dry_run, retry_window_s=cfg.retry_window_s,
-                            network_confirmations=cfg.network_confirmations, max_jobs=cfg.max_jobs)
-    journal = Journal(cfg.state_dir / "journal.sqlite")
-    knowledge = JobKnowledge(journal, engine, checkpoints)
-    knowledge.load()  # a restarted act knows every checkpoint, topology and earlier incident the old one did
-    # Reconnect fast after a broker outage (kafka-python backs off up to 30 s by default): the first
-    # command after the broker returns must not wait for a backoff timer.
-    producer = kafka_io.producer(settings.broker, reconnect_backoff_max_ms=500)
-    codec = Codec()
-
-    def publish(record: Record) -> None:
-        """Send one record to its topic (audit entries key by job or subject). Thread-safe."""
-        rkey = key_for(record) if not isinstance(record, AuditEntry) else str(record.detail.get("job", "")).encode()
-        producer.send(topics.for_record(record), key=rkey or None, value=codec.encode(record))
-
-    ettr = EttrAccount(max_jobs=cfg.max_jobs)
-    bus: KafkaCommandBus | None = None
-    routes = registry.Routes([_Refuse()])  # dry run: decisions are journaled, nothing is ever sent
-    if signer is not None:
-        bus = KafkaCommandBus(broker=settings.broker, topics=topics, signer=signer, node_keys=node_keys,
-                              ttl_s=sec.command_ttl_s, on_reject=partial(_audit_rejected, publish))
-        routes = registry.build(executors, registry.ExecutorContext(cfg, time.time, bus))
-    runner = PlanRunner(journal=journal, rails=_rails(cfg), executors=routes, sink=publish, clock=time.time,
-                        topologies=engine.topologies, reported_attempt=ettr.attempt, max_jobs=cfg.max_jobs,
-                        fanout=FanOut(cfg.selfcheck, clock=time.time))
-    core = ActCore(engine=engine, runner=runner, knowledge=knowledge, publish=publish, ettr=ettr,
-                   on_decision=on_decision, plan_workers=cfg.plan_workers, max_jobs=cfg.max_jobs,
-                   operator_max_age_s=cfg.operator_max_age_s, node_keys=node_keys, worker_keys=sec.ring("worker"))
-
-    def close() -> None:
-        core.close(wait=True)
-        producer.flush()
-        producer.close()
-        if bus is not None:
-            bus.close()
-        journal.close()
-
-    return core, close
-
-
-def _rails(cfg: Any) -> Any:
-    from actions.runner import Rails
-    from actions.safety import CircuitBreaker, Cooldown
-    from actions.standby import StandbyPool
-
-    return Rails(CircuitBreaker(max_fraction=cfg.breaker_max_fraction, window_s=cfg.breaker_window_s,
-                                fleet_size=cfg.fleet_size, min_job_size=cfg.min_job_size,
-                                fleet_max_evictions=cfg.fleet_max_evictions),
-                 Cooldown(cooldown_s=cfg.cooldown_s), StandbyPool(spares=list(cfg.standby_nodes)),
-                 approval_kinds=list(cfg.approval_kinds))
-
-
-class _Refuse:
-    """The executor of a dry run: a planned decision is never executed (dry-run decisions skip the runner)."""
-
-    name = "dry-run"
-    handles = frozenset(ACTIONS)
-
-    def execute(self, command: Any, *, targets: list[str]) -> Any:
-        raise RuntimeError("dry run: nothing may be executed")
-
-
-def _audit_rejected(publish: Callable[[Any], None], result: Any, reason: str) -> None:
-    """A result that did not verify: audited, never counted."""
-    from schemas.records import AuditEntry
-
-    publish(AuditEntry(ts=time.time(), event="result_rejected", subject_id=getattr(result, "command_id", ""),
-                       actor="trainguard-act", detail={"job": getattr(result, "job", ""),
-                                                       "node": getattr(result, "node", ""), "reason": reason}))
 
 
 def _enabled(args: argparse.Namespace, cfg: Any) -> list[str]:

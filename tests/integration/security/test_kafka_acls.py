@@ -5,13 +5,15 @@ SASL_SSL; then each role's SCRAM principal tries what it should and should
 not be able to do, with trainguard's own clients where one exists:
 a collector writes telemetry but not commands; an agent reads only the
 actions topic and writes results; the worker writes incidents but not
-commands; act (the positive control) writes commands.
+commands; act (the positive control) writes commands, and alone writes its
+state topic (act-state) through its transactional id.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,23 +22,28 @@ from kafka.admin import ACL, ACLOperation, ACLPermissionType, ACLResourcePattern
 from kafka.errors import KafkaError, TopicAuthorizationFailedError
 from secure_broker import SecureBroker
 
+from actions.journal import Journal
 from collectors.command_feed import KafkaCommandFeed
 from schemas.codec import Codec
 from schemas.kafka_config import BrokerSettings, client_options
 from schemas.records import ActionCommand, ActionResult, Heartbeat, Incident
 from schemas.topics import Topics
 from streams.admin import ensure_topics
+from streams.state_mirror import StateMirror
 from trainguard.kafka_acls import recommended
 
 pytestmark = pytest.mark.broker
 PRINCIPALS = {"collector": "collector", "agent": "agent-n1", "worker": "worker", "act": "act"}
 
 
-def _options(b: SecureBroker, user: str) -> dict[str, Any]:
-    return client_options(BrokerSettings.model_validate({
+def _broker(b: SecureBroker, user: str) -> BrokerSettings:
+    return BrokerSettings.model_validate({
         "bootstrap": b.sasl_ssl, "security_protocol": "SASL_SSL", "tls": {"ca_file": b.ca_file},
-        "sasl": {"mechanism": "SCRAM-SHA-512", "username": user, "password": {"file": b.password_file(user)}}}),
-        "kafka-python")
+        "sasl": {"mechanism": "SCRAM-SHA-512", "username": user, "password": {"file": b.password_file(user)}}})
+
+
+def _options(b: SecureBroker, user: str) -> dict[str, Any]:
+    return client_options(_broker(b, user), "kafka-python")
 
 
 def _grant(b: SecureBroker, prefix: str) -> None:
@@ -67,7 +74,7 @@ def _write(b: SecureBroker, user: str, topic: str, value: bytes) -> str:
         producer.close(timeout=5)
 
 
-def test_each_principal_may_do_only_its_job(secure_broker: SecureBroker) -> None:
+def test_each_principal_may_do_only_its_job(secure_broker: SecureBroker, tmp_path: Path) -> None:
     topics = Topics(f"a{uuid.uuid4().hex[:8]}.")
     ensure_topics(secure_broker.internal, topics.all(), partitions=1, replication=1)
     _grant(secure_broker, topics.prefix)
@@ -85,6 +92,13 @@ def test_each_principal_may_do_only_its_job(secure_broker: SecureBroker) -> None
     assert _write(secure_broker, "worker", topics.name("actions"), command) == denied
 
     assert _write(secure_broker, "act", topics.name("actions"), command) == "ok"  # the one who may
+    assert _write(secure_broker, "worker", topics.name("act-state"), b"{}") == denied  # act's state: act's alone
+    state = StateMirror(broker=_broker(secure_broker, "act"), topic=topics.name("act-state"),
+                        journal=Journal(tmp_path / "journal.sqlite"), transactional_id="trainguard-actions.state")
+    state.start()  # init_transactions and the claim: the transactional id and the topic are granted
+    state.journal.put_state("rails", {"evicted": {"j": ["n1"]}})
+    assert state.wait_durable(timeout_s=30) and state.read().items["state/rails"].value == {"evicted": {"j": ["n1"]}}
+    state.close()
 
     result = codec.encode(ActionResult(ts=now, command_id="c-1", action="stop", status="ok", node="n1"))
     assert _write(secure_broker, "agent-n1", topics.name("action-results"), result) == "ok"
