@@ -28,6 +28,8 @@ from actions.executors.registry import Routes
 from actions.journal import Journal
 from actions.replay import ReplayPlan, locate
 from actions.safety import CircuitBreaker, Cooldown, needs_approval
+from actions.selfcheck.fanout import FanOut
+from actions.settings import SelfCheckSettings
 from actions.standby import PoolExhausted, StandbyPool
 from actions.topology import Topology
 from detectors.common import Bounded
@@ -65,7 +67,7 @@ class PlanRunner:
     def __init__(self, *, journal: Journal, rails: Rails, executors: Routes | list[Executor],
                  sink: Emit, clock: Clock, topologies: dict[str, Topology] | None = None,
                  reported_attempt: Callable[[str], int] | None = None, max_jobs: int = 4096,
-                 durable: Callable[[], object] | None = None) -> None:
+                 durable: Callable[[], object] | None = None, fanout: FanOut | None = None) -> None:
         self.journal = journal
         self.rails = rails
         # Plans of different jobs run on threads; rails and bookkeeping change only under this
@@ -75,6 +77,8 @@ class PlanRunner:
         self.sink = sink
         self.clock = clock
         self.topologies = topologies if topologies is not None else {}
+        # Diagnoses go to every machine's agent at once, each running only its own check ranks.
+        self.fanout = fanout or FanOut(SelfCheckSettings(), clock=clock)
         self.evicted: Bounded[str, set[str]] = Bounded(max_jobs)  # job ("" for idle nodes) -> nodes taken out
         # A restart generation shared by every node of the job: a standby swapped in must join the
         # same `attempt` as the nodes that stay, or detectors would see two jobs' worth of steps.
@@ -245,7 +249,10 @@ class PlanRunner:
         self.lock.release()  # held once, by `run`: other jobs' plans go on while this one waits
         try:
             self.durable()
-            result = executor.execute(command, targets=targets)
+            if step.action in DIAGNOSES:
+                result = self.fanout.run(executor, command, targets)
+            else:
+                result = executor.execute(command, targets=targets)
         finally:
             self.lock.acquire()
         if isinstance(command.params.get("attempt"), int):  # the generation this restart started
@@ -282,8 +289,6 @@ class PlanRunner:
     def _targets(self, job: str, action: str, nodes: list[str]) -> list[str]:
         if action in CLUSTER_ACTIONS:
             return nodes
-        if action in DIAGNOSES:
-            return nodes[:1]  # the first machine's agent coordinates the check
         if nodes:
             return nodes
         topo = self.topologies.get(job)

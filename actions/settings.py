@@ -37,6 +37,30 @@ class SlurmSettings(BaseModel):
     timeout_s: float = Field(30.0, gt=0)
 
 
+class SelfCheckSettings(BaseModel):
+    """How a stop-time self-check fans out over the machines' agents (actions.selfcheck.fanout)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rendezvous_host: str = Field("{node}", description="address of the check's rank 0 (on the first machine "
+                                 "checked); {node} is that machine's node name, e.g. '{node}.train.svc'")
+    rendezvous_port: int = Field(29600, ge=1, le=65535, description="first TCP port of the check's rendezvous "
+                                 "(clear of torchrun's 29400 and 29500 defaults: training may still run)")
+    rendezvous_ports: int = Field(64, ge=1, le=4096, description="ports from rendezvous_port on, one picked per "
+                                  "check id, so two jobs' checks on one machine do not collide")
+    procs_per_machine: int = Field(2, ge=1, description="check ranks each machine's agent starts")
+    collective_timeout_s: float = Field(10.0, gt=0, description="one collective's timeout within the check")
+    budget_s: float = Field(300.0, gt=0, description="deadline for every agent's report (capped below "
+                            "command_timeout_s); a machine silent by then is named")
+
+    @model_validator(mode="after")
+    def _ports_fit(self) -> SelfCheckSettings:
+        if self.rendezvous_port + self.rendezvous_ports - 1 > 65535:
+            raise ValueError(f"rendezvous_port {self.rendezvous_port} + rendezvous_ports {self.rendezvous_ports} "
+                             "runs past port 65535")
+        return self
+
+
 class ActionSettings(BaseModel):
     """How incidents become actions."""
 
@@ -77,6 +101,7 @@ class ActionSettings(BaseModel):
                                 "checkpoint/training topics to be read up to the incident")
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    selfcheck: SelfCheckSettings = Field(default_factory=SelfCheckSettings)
 
     @field_validator("executors")
     @classmethod

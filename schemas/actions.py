@@ -15,9 +15,9 @@ node agent, so adding an action means adding one row here:
   standby swaps and a new attempt number.
 * `removes_node`: the step takes machines out of the job, so the safety rails
   (cool-down, circuit breaker) must allow it and record it.
-* `diagnoses`: a stop-time diagnosis; one agent (on the first named machine)
-  coordinates it for all the machines named, and ETTR counts its time as
-  localisation.
+* `diagnoses`: a stop-time diagnosis; act fans it out, one command to each
+  named machine's agent, which runs only that machine's part
+  (`actions.selfcheck.fanout`), and ETTR counts its time as localisation.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from actions.journal import Journal
 from actions.knowledge import JobKnowledge
 from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
+from actions.selfcheck.fanout import FanOut
 from actions.settings import ActionSettings
 from actions.standby import StandbyPool
 from schemas.actions import ACTIONS
@@ -112,7 +113,7 @@ def build_core(settings: ActConfig, *, executors: list[str], dry_run: bool, on_d
         routes = registry.build(executors, registry.ExecutorContext(cfg, time.time, bus))
     runner = PlanRunner(journal=journal, rails=_rails(cfg), executors=routes, sink=publish, clock=time.time,
                         topologies=engine.topologies, reported_attempt=ettr.attempt, max_jobs=cfg.max_jobs,
-                        durable=durable)
+                        durable=durable, fanout=FanOut(cfg.selfcheck, clock=time.time))
     core = ActCore(engine=engine, runner=runner, knowledge=knowledge, publish=publish, ettr=ettr,
                    on_decision=on_decision, plan_workers=cfg.plan_workers, max_jobs=cfg.max_jobs,
                    operator_max_age_s=cfg.operator_max_age_s, node_keys=node_keys, worker_keys=sec.ring("worker"),

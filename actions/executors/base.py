@@ -78,7 +78,7 @@ def merge_results(command: ActionCommand, results: list[ActionResult], *, ts: fl
         message = (message + "; " if message else "") + f"no result from {', '.join(missing)} in time"
     details: dict[str, object] = {"per_node": {r.node or str(i): r.status for i, r in enumerate(results)}}
     for r in results:  # self-check verdicts (culprits, failed groups) travel up unchanged
-        for key in ("culprits", "failed_groups", "stage", "passed"):
+        for key in ("culprits", "failed_groups", "stage", "passed", "machine_report"):
             if key in r.details:
                 details[key] = r.details[key]
     return ActionResult(ts=ts, command_id=command.id, action=command.action, status=status,  # type: ignore[arg-type]

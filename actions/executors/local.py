@@ -12,6 +12,7 @@ cluster executor (`[kubernetes, local]`), it gets only the agent actions.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
@@ -71,3 +72,26 @@ class LocalExecutor:
         merged = merge_results(wire, results, ts=self.clock(), missing=missing)
         return msgspec.structs.replace(merged, action=command.action)
 
+    def execute_all(self, commands: list[ActionCommand]) -> list[ActionResult]:
+        """Send every command, then collect each (one per machine of a fanned-out self-check).
+
+        All agents start at once and one thread waits for them all: results that
+        arrive while another command's are awaited are kept by the bus, so the
+        wait is the slowest agent's, not the sum, and a thousand machines need
+        no thousand threads. Each command names its own targets.
+        """
+        sent: list[tuple[ActionCommand, ActionResult | None]] = []
+        for command in commands:
+            why = invalid_nodes(list(command.nodes))
+            sent.append((command, refused(command, why, ts=self.clock())) if why else (self.bus.send(command), None))
+        deadline = time.monotonic() + self.timeout_s
+        out: list[ActionResult] = []
+        for wire, early in sent:
+            if early is not None:
+                out.append(early)
+                continue
+            targets = list(wire.nodes)
+            results = self.bus.collect(wire.id, nodes=targets, timeout_s=max(0.0, deadline - time.monotonic()))
+            answered = {r.node for r in results}
+            out.append(merge_results(wire, results, ts=self.clock(), missing=[n for n in targets if n not in answered]))
+        return out

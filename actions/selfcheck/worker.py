@@ -1,10 +1,15 @@
 """One rank of a self-check world: `python -m actions.selfcheck.worker SPEC RANK`.
 
 Every rank runs the requested stages in order and writes one JSON file per
-stage (`<out>/<stage>-<rank>.json`) as soon as it finishes it; the
-coordinator reads them and stops the world at the first stage that names a
-machine. Results travel by file, not by collective, so a hung peer can only
-delay a verdict (until its group's timeout), never swallow it.
+stage (`<out>/<stage>-<rank>.json`) as soon as it finishes it; its machine's
+runner (`actions.selfcheck.machine`) collects them. Results travel by file,
+not by collective, so a hung peer can only delay a verdict (until its
+group's timeout), never swallow it. The world spans machines: global rank 0
+hosts the TCP store at the rendezvous the command names, and every rank
+waits there (up to `rendezvous_s`) until all have arrived, because agents
+receive their commands at slightly different times. After each early
+stage rank 0 says whether a machine was named and everyone stops
+(`actions.selfcheck.referee`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from actions.selfcheck.reference import digest, faults_for, reference_step, shard_gradient
+from actions.selfcheck.referee import EARLY_STOP_STAGES, go_on
+from actions.selfcheck.reference import digest, faults_for, full_gradient, reference_step, shard_gradient
+from actions.selfcheck.verdict import neighbour_pairs
 
 
 def main(spec_path: str, rank_arg: str) -> int:
@@ -30,23 +37,79 @@ def main(spec_path: str, rank_arg: str) -> int:
     machine = machines[rank // ppn]
     faults = faults_for(machine)
     timeout = datetime.timedelta(seconds=float(spec["timeout_s"]))
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{spec['port']}", rank=rank,
-                            world_size=len(machines) * ppn, timeout=timeout)
-    groups = _make_groups(spec, machines, ppn, timeout)
+    world = len(machines) * ppn
     out = Path(spec["out"])
-    for stage in spec["stages"]:
+    try:
+        store = _rendezvous(spec, rank, world)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
+        groups = _make_groups(spec, machines, ppn, timeout)
+    except Exception as exc:  # no world: every stage failed here, and says why (and who never came)
+        missing = exc.missing if isinstance(exc, _Missing) else None
+        for stage in spec["stages"]:
+            _write(out, stage, rank, {"machine": machine, "status": "failed", "elapsed_s": 0.0,
+                                      "error": f"rendezvous: {type(exc).__name__}: {_first_line(exc)}",
+                                      "rendezvous_failed": True, "missing_ranks": missing})
+        return 0
+    for i, stage in enumerate(spec["stages"]):
         started = time.monotonic()
         try:
             detail = STAGES[stage](rank=rank, machine=machine, faults=faults, groups=groups, spec=spec)
             status = "ok"
         except Exception as exc:  # a timed-out or broken collective is a finding, not a crash
-            first_line = str(exc).splitlines()[0] if str(exc) else ""
-            detail, status = {"error": f"{type(exc).__name__}: {first_line}"}, "failed"
-        record = {"rank": rank, "machine": machine, "status": status, "elapsed_s": time.monotonic() - started, **detail}
-        tmp = out / f"{stage}-{rank}.part"
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, out / f"{stage}-{rank}.json")  # atomic: the coordinator never reads half a file
+            detail, status = {"error": f"{type(exc).__name__}: {_first_line(exc)}"}, "failed"
+        record = _write(out, stage, rank, {"machine": machine, "status": status,
+                                           "elapsed_s": time.monotonic() - started, **detail})
+        if i == len(spec["stages"]) - 1 or stage not in EARLY_STOP_STAGES:
+            continue
+        try:
+            named = go_on(store, stage=stage, rank=rank, world=world, record=record, machines=machines, ppn=ppn,
+                          timeout_s=float(spec["timeout_s"]))
+        except Exception:  # rank 0's store is gone: the check stopped without this (late) rank
+            named, gone = [], True
+        else:
+            gone = False
+        if named or gone:  # rank 0 named a machine: the check ends here, for every rank
+            _write(out, "stopped", rank, {"machine": machine, "after": stage, "named": named})
+            return 0
     return 0
+
+
+def _write(out: Path, stage: str, rank: int, record: dict[str, Any]) -> dict[str, Any]:
+    """One stage's record, atomically (the machine's runner never reads half a file); returns it."""
+    record = {"rank": rank, "pid": os.getpid(), "parent": os.getppid(), **record}
+    tmp = out / f"{stage}-{rank}.part"
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, out / f"{stage}-{rank}.json")
+    return record
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else ""
+
+
+def _rendezvous(spec: dict[str, Any], rank: int, world: int) -> dist.Store:
+    """The check's store (hosted by rank 0), once every rank of every machine has arrived."""
+    wait = datetime.timedelta(seconds=float(spec.get("rendezvous_s", 60.0)))
+    store = dist.TCPStore(str(spec.get("host", "127.0.0.1")), int(spec["port"]), world, is_master=rank == 0,
+                          timeout=wait, wait_for_workers=False)
+    prefixed = dist.PrefixStore(f"tg-selfcheck/{spec.get('check_id', '')}", store)
+    prefixed.set(f"arrived/{rank}", "1")
+    prefixed.add("arrived", 1)
+    deadline = time.monotonic() + wait.total_seconds()
+    while prefixed.add("arrived", 0) < world:
+        if time.monotonic() > deadline:
+            missing = [r for r in range(world) if not prefixed.check([f"arrived/{r}"])]
+            raise _Missing(missing)
+        time.sleep(0.05)
+    return prefixed
+
+
+class _Missing(TimeoutError):
+    """Ranks that never reached the rendezvous: their machines' agents never started them."""
+
+    def __init__(self, missing: list[int]) -> None:
+        super().__init__(f"ranks {missing} never reached the rendezvous")
+        self.missing = missing
 
 
 def _make_groups(spec: dict[str, Any], machines: list[str], ppn: int, timeout: datetime.timedelta) -> dict[str, Any]:
@@ -57,21 +120,6 @@ def _make_groups(spec: dict[str, Any], machines: list[str], ppn: int, timeout: d
     pair_groups = [dist.new_group(ranks_of[a] + ranks_of[b], timeout=timeout) for a, b in pairs]
     replay = [dist.new_group([ranks_of[m][0] for m in g], timeout=timeout) for g in spec.get("groups", [])]
     return {"ranks_of": ranks_of, "machine": per_machine, "pairs": list(zip(pairs, pair_groups)), "replay": replay}
-
-
-def neighbour_pairs(machines: list[str]) -> list[tuple[str, str]]:
-    """Each machine with the next one, around a ring.
-
-    >>> neighbour_pairs(["a", "b", "c"])
-    [('a', 'b'), ('b', 'c'), ('c', 'a')]
-    >>> neighbour_pairs(["a", "b"])
-    [('a', 'b')]
-    """
-    if len(machines) < 2:
-        return []
-    if len(machines) == 2:
-        return [(machines[0], machines[1])]
-    return [(m, machines[(i + 1) % len(machines)]) for i, m in enumerate(machines)]
 
 
 def _hang_if(faults: set[str], spec: dict[str, Any], rank: int, first_rank: int) -> None:
@@ -124,7 +172,8 @@ def _replay(*, rank: int, machine: str, faults: set[str], groups: dict[str, Any]
             _hang_if(faults, spec, rank, rank)
             grad = shard_gradient(members.index(machine), len(members), perturb="bitflip" in faults)
             dist.all_reduce(grad, group=groups["replay"][index])
-            return {"group": index, "digest": digest(grad)}
+            got = digest(grad)  # every healthy group sums to the same exact gradient
+            return {"group": index, "digest": got, "ok": got == digest(full_gradient())}
     return {"group": None}
 
 

@@ -10,6 +10,7 @@ real fleet.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,9 +83,13 @@ class DemoScenario:
                 "cooldown_s": 0.0,
                 "command_timeout_s": 60.0,
                 "state_dir": f"{state_dir}/actions",
+                # Every demo "machine" is this host: the fanned-out replay's rank 0 is reached here.
+                "selfcheck": {"rendezvous_host": "127.0.0.1", "procs_per_machine": 1},
             },
             "collectors": {"agent": {"grace_s": 3.0, "linger_s": 3600.0, "stack_timeout_s": 5.0,
-                                     "hang_suspect_s": 3.0, "hang_stack_every_s": 3.0}},
+                                     "hang_suspect_s": 3.0, "hang_stack_every_s": 3.0,
+                                     # this interpreter's CLI: `trainguard` need not be on PATH
+                                     "selfcheck_command": [sys.executable, "-m", "trainguard.cli", "selfcheck"]}},
         }
         for section, values in self.extra_config.items():
             cfg.setdefault(section, {}).update(values)

@@ -1,10 +1,14 @@
 """`trainguard selfcheck`: stop-time diagnosis on suspect machines.
 
 The node agent runs `trainguard selfcheck --command-json '<ActionCommand>'`
-for `self_check` and `replay_regroup` commands; operators can run it by
-hand with `--machines`. It prints one JSON object and exits 0 when the check
-passed, 1 when it failed (named a machine or a failing replay group), 2 on
-bad input.
+for `self_check` and `replay_regroup` commands. act fans a check out: each
+machine's command carries its `node_rank` and the shared rendezvous, and
+this process runs only that machine's ranks and prints its machine's report
+(`machine_report`; act combines every machine's). A command without
+`node_rank`, or `--machines`, runs every named machine's part on this one
+host (Slurm's single-node health check, an operator by hand). It prints one
+JSON object and exits 0 when the check (or this machine's part) passed, 1
+when it failed, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("selfcheck", help="run the hierarchical self-check or an SDC replay",
                        description="Run GPU self-test (dcgmi, if present), all-to-all within each machine, "
                        "all-gather between neighbours and a bitwise alignment test, cheapest first, stopping at "
-                       "the first stage that names a machine; or one phase of a dual-phase SDC replay. Prints one "
-                       "JSON object; exit 0 = passed, 1 = failed, 2 = bad input.")
+                       "the first stage that names a machine; or one phase of a dual-phase SDC replay. A command "
+                       "act fanned out (params.node_rank) runs only this machine's ranks and prints its report; "
+                       "--machines runs every named machine's part on this host. Prints one JSON object; "
+                       "exit 0 = passed, 1 = failed, 2 = bad input.")
     p.add_argument("--command-json", metavar="JSON",
                    help="an ActionCommand (self_check or replay_regroup) as JSON, as the node agent passes it")
-    p.add_argument("--machines", help="comma-separated machines to check (instead of --command-json)")
+    p.add_argument("--machines", help="comma-separated machines to check, all on this host (instead of "
+                   "--command-json)")
     p.add_argument("--checks", default="dcgm,all_to_all,all_gather,bitwise", help="stages (default: %(default)s)")
     p.add_argument("--procs-per-machine", type=int, default=2, help="ranks per machine (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=10.0, help="collective timeout in seconds (default: %(default)s)")
@@ -39,7 +46,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps({"passed": False, "error": str(exc)}))
         print(f"trainguard selfcheck: {exc}", file=sys.stderr)
         return 2
-    from actions.selfcheck.hierarchy import run_hierarchy, run_replay  # imports torch: only for a valid request
+    if "node_rank" in params:
+        return _run_machine(action, params)
+    from actions.selfcheck.hierarchy import run_hierarchy, run_replay
 
     timeout_s = float(params.get("timeout_s", args.timeout))
     if action == "replay_regroup":
@@ -51,6 +60,26 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     out = {"action": action, "phase": params.get("phase"), "machines": machines, **report.as_dict()}
     print(json.dumps(out))
     return 0 if report.passed else 1
+
+
+def _run_machine(action: str, params: dict[str, Any]) -> int:
+    """This machine's part of a fanned-out check; act aggregates the reports."""
+    from actions.selfcheck.machine import MachineSpec, machine_passed, run_machine
+
+    try:
+        spec = MachineSpec.from_params(params)
+    except ValueError as exc:
+        print(json.dumps({"passed": False, "error": str(exc)}))
+        print(f"trainguard selfcheck: --command-json {exc}", file=sys.stderr)
+        return 2
+    report = run_machine(spec)
+    passed = machine_passed(report)  # this machine's own view; with others checked, act's verdict decides
+    # Only a check of this machine alone vouches for it (the console returns a node on such a report);
+    # with others, its own ranks can all pass while its digest is the odd one out.
+    alone = {"machines": spec.machines} if len(spec.machines) == 1 else {}
+    print(json.dumps({"action": action, "phase": params.get("phase"), "check_id": spec.check_id,
+                      "machine": spec.machine, **alone, "passed": passed, "machine_report": report}))
+    return 0 if passed else 1
 
 
 def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:

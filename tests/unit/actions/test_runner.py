@@ -17,6 +17,7 @@ from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
 from schemas.actions import AGENT_ACTIONS, CLUSTER_ACTIONS
 from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology, Record
+from tests.unit.actions.test_selfcheck_verdict import agent_answer
 
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
 
@@ -167,35 +168,49 @@ def test_dry_run_executes_nothing(tmp_path: Path) -> None:
     assert d is not None and runner.run(d).dry_run and not cluster.calls
 
 
-def test_stop_time_diagnosis_evicts_the_machine_the_self_check_names(tmp_path: Path) -> None:
-    node = Recorder({"self_check": {"status": "failed", "details": {"culprits": ["n5"], "stage": "bitwise"}}})
-    cluster = Recorder()
-    eng, runner, _ = setup(tmp_path, node=node, cluster=cluster)
+class Agents(Recorder):
+    """Each machine's agent answering its own fanned-out check, as `run_machine` reports.
+
+    `bad` flips the reference digest of one machine; replay phases fail every group holding it.
+    """
+
+    def __init__(self, bad: str) -> None:
+        super().__init__()
+        self.bad = bad
+
+    def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
+        if command.action not in ("self_check", "replay_regroup"):
+            return super().execute(command, targets=targets)
+        self.calls.append((command, targets))
+        return agent_answer(command, self.bad)
+
+
+def test_stop_time_diagnosis_fans_out_and_evicts_the_machine_the_self_check_names(tmp_path: Path) -> None:
+    node, cluster = Agents(bad="n5"), Recorder()
+    eng, runner, audit = setup(tmp_path, node=node, cluster=cluster)
     hang = Incident(ts=50.0, id="h", kind="hang", job="j", onset=40.0, detected_at=50.0)
     d = runner.admit(eng.decide(hang))
     assert d is not None and runner.run(d).status == "executed"
     assert cluster.calls[0][0].nodes == ["n5"]
-    check, targets = [(c, t) for c, t in node.calls if c.action == "self_check"][0]
-    assert len(check.params["machines"]) == 8 and targets == ["n0"]
+    checks = [(c, t) for c, t in node.calls if c.action == "self_check"]
+    # One command per machine, each to that machine's agent only, one shared check and rendezvous.
+    assert sorted(t[0] for _, t in checks) == [f"n{i}" for i in range(8)]
+    assert all(c.nodes == t for c, t in checks) and len({c.id for c, _ in checks}) == 8
+    assert {c.params["node_rank"] for c, _ in checks} == set(range(8))
+    assert len({(c.params["check_id"], c.params["rendezvous"]["port"]) for c, _ in checks}) == 1
+    step = runner.journal.steps(d.id)[1]
+    assert step.action == "self_check" and step.details["culprits"] == ["n5"] and step.details["stage"] == "bitwise"
 
 
-def test_sdc_replay_evicts_the_intersection(tmp_path: Path) -> None:
-    class Replay(Recorder):
-        def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
-            if command.action == "replay_regroup":
-                groups = command.params["groups"]
-                failed = [i for i, g in enumerate(groups) if "n6" in g]
-                self.calls.append((command, targets))
-                return ActionResult(ts=1.0, command_id=command.id, action="replay_regroup", status="failed",
-                                    details={"failed_groups": failed})
-            return super().execute(command, targets=targets)
-
-    cluster = Recorder()
-    eng, runner, _ = setup(tmp_path, node=Replay(), cluster=cluster)
+def test_sdc_replay_fans_out_and_evicts_the_intersection(tmp_path: Path) -> None:
+    node, cluster = Agents(bad="n6"), Recorder()
+    eng, runner, _ = setup(tmp_path, node=node, cluster=cluster)
     sdc = Incident(ts=50.0, id="s", kind="sdc", job="j", onset=40.0, detected_at=50.0, step=120)
     d = runner.admit(eng.decide(sdc))
     assert d is not None and runner.run(d).status == "executed"
     assert cluster.calls[0][0].nodes == ["n6"]
+    replays = [c for c, _ in node.calls if c.action == "replay_regroup"]
+    assert len(replays) == 16 and all(len(c.nodes) == 1 for c in replays)  # 8 machines x 2 phases
 
 
 def test_network_self_check_pass_means_no_eviction(tmp_path: Path) -> None:

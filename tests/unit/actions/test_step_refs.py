@@ -22,6 +22,7 @@ from schemas.actions import AGENT_EXECUTABLE, CLUSTER_ACTIONS
 from schemas.codec import Codec, DecodeError
 from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit, StepCondition
 from schemas.records import ActionCommand, ActionResult, Decision, JobTopology, Record
+from tests.unit.actions.test_selfcheck_verdict import agent_answer
 
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
 PHASE1 = [["n0", "n1"], ["n2", "n3"]]
@@ -41,6 +42,20 @@ class Recorder:
         reply = self.replies.get(command.action, {})
         return ActionResult(ts=1.0, command_id=command.id, action=command.action, status=reply.get("status", "ok"),
                             job=command.job, details=reply.get("details", {}))
+
+
+class FanOutAgents(Recorder):
+    """Agents answering a fanned-out diagnosis each with their own machine's report; `bad` is wrong."""
+
+    def __init__(self, bad: str) -> None:
+        super().__init__(AGENT_EXECUTABLE)
+        self.bad = bad
+
+    def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
+        if command.action not in ("self_check", "replay_regroup"):
+            return super().execute(command, targets=targets)
+        self.calls.append(command)
+        return agent_answer(command, self.bad)
 
 
 def runner(tmp_path: Path, agents: Recorder, cluster: Recorder) -> tuple[PlanRunner, list[Record]]:
@@ -100,8 +115,9 @@ def replay_plan(fallback: tuple[str, ...] = ()) -> list[PlannedAction]:
 
 def test_nodes_are_taken_from_the_two_replay_steps(tmp_path: Path) -> None:
     # n3 is in group 1 of phase 1 and group 1 of phase 2: the only machine in both failing groups.
-    agents = Recorder(AGENT_EXECUTABLE, {"replay_regroup": {"status": "failed", "details": {"failed_groups": [1]}}})
+    agents = FanOutAgents(bad="n3")
     final, cluster, _ = run_plan(tmp_path, replay_plan(fallback=("n0",)), agents)
+    assert sorted(c.nodes[0] for c in agents.calls if c.params.get("phase") == 1) == ["n0", "n1", "n2", "n3"]
     assert final.status == "executed"
     assert [c.nodes for c in cluster.calls] == [["n3"]]  # the replay wins over the fallback
 
@@ -117,8 +133,8 @@ def test_no_replay_culprit_and_no_fallback_evicts_no_one(tmp_path: Path) -> None
 
 
 def test_targets_from_a_diagnosis_step(tmp_path: Path) -> None:
-    agents = Recorder(AGENT_EXECUTABLE, {"self_check": {"status": "failed", "details": {"culprits": ["n5"]}}})
-    plan = [PlannedAction(action="self_check", nodes=["n0", "n5"]),
+    agents = FanOutAgents(bad="n5")
+    plan = [PlannedAction(action="self_check", nodes=["n0", "n5", "n6"]),  # three: a bitwise majority
             PlannedAction(action="evict_node", targets_from=CulpritsOf(step=0))]
     final, cluster, _ = run_plan(tmp_path, plan, agents)
     assert final.status == "executed" and [c.nodes for c in cluster.calls] == [["n5"]]

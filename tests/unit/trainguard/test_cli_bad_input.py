@@ -70,6 +70,9 @@ CASES: dict[str, list[str]] = {
     "ettr-unknown-job": ["ettr", "--job", "nosuchjob", "--recording", "{rec}"],
     "ettr-no-broker": ["ettr", "--job", "j"],
     "selfcheck-bad-json": ["selfcheck", "--command-json", "{{bad"],
+    "selfcheck-fanout-no-rendezvous": ["selfcheck", "--command-json",
+                                       '{{"type":"action_command","id":"c","action":"self_check","job":"j",'
+                                       '"params":{{"machines":["a"],"node_rank":0}},"ts":1.0}}'],
     "schemas-no-dir": ["schemas", "export"],
     "collect-bad-duration": ["collect", "--duration", "soon"],
     "run-no-command": ["run", "--job", "j"],
