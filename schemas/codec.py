@@ -122,6 +122,8 @@ class Codec:
 
         `expect` restricts the payload to one record type (and is faster).
         """
+        if data is None:  # a Kafka tombstone reaches readers that subscribe by pattern
+            raise DecodeError("no payload (a tombstone)")
         if len(data) > self.max_bytes:
             raise DecodeError(f"payload of {len(data)} bytes exceeds the {self.max_bytes}-byte limit")
         decoder = self._decoder if expect is None else self._typed_decoder(expect)

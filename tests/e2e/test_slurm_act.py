@@ -133,9 +133,12 @@ def test_as_prolog_a_failing_check_keeps_the_job_off_the_node(slurm: Slurm) -> N
 
 def test_act_drains_and_requeues_then_a_passing_check_resumes(slurm: Slurm, kafka: str, topic_prefix: str,
                                                               tmp_path: Path, keys: Any) -> None:
+    started = tmp_path / "batch-started"
     job = slurm.run("sbatch", "--parsable", "-N2", "-w", "gn1,gn2", "--requeue", "-o", "/dev/null",
-                    "--wrap", "sleep 600").strip()
-    slurm.wait(f"job {job} running", lambda: "JobState=RUNNING" in slurm.job(job), timeout_s=300)
+                    "--wrap", f"touch {started}; sleep 600").strip()
+    # The batch script starts only after every node's Prolog (our health check) finished. A Prolog
+    # check still running when act drains gn1 would pass and resume it, undoing the drain.
+    slurm.wait(f"job {job} started", started.exists, timeout_s=300)
 
     config = tmp_path / "trainguard.yaml"
     config.write_text(yaml.safe_dump({

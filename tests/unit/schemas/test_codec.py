@@ -180,3 +180,9 @@ def test_builtins_round_trip() -> None:
     codec = Codec()
     sample = gpu_sample()
     assert codec.from_builtins(codec.to_builtins(sample)) == sample
+
+
+def test_a_tombstone_is_a_decode_error_not_a_crash() -> None:
+    """Readers that subscribe by pattern also see the compacted act-state topic's tombstones (value None)."""
+    with pytest.raises(DecodeError, match="tombstone"):
+        Codec().decode(None)  # type: ignore[arg-type]
