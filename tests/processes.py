@@ -8,13 +8,17 @@ from typing import Any
 
 
 def stop_all(procs: Iterable[subprocess.Popen[Any]], *, timeout_s: float) -> None:
-    """SIGTERM every process still running, wait up to `timeout_s` for each, SIGKILL the ones that hang on."""
+    """SIGTERM every process still running, wait up to `timeout_s` for each, SIGKILL the ones that hang on.
+
+    `communicate` rather than `wait`: a child writing into a pipe nobody reads would never exit.
+    """
     procs = list(procs)
     for proc in procs:
         if proc.poll() is None:
             proc.terminate()
     for proc in procs:
         try:
-            proc.wait(timeout=timeout_s)
+            proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.communicate()

@@ -75,11 +75,9 @@ class TopicWatcher:
             while not self._stop.is_set():
                 for messages in consumer.poll(timeout_ms=300).values():
                     for msg in messages:
-                        if msg.value is None:  # a tombstone on a compacted topic (act-state): no record
-                            continue
                         try:
                             record = codec.decode(msg.value)
-                        except DecodeError:
+                        except DecodeError:  # not a record: act-state's items and tombstones, say
                             continue
                         with self._lock:
                             self._records[type(record)].append(record)

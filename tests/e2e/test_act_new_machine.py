@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import stop_all
 
 from actions.journal import Journal
 from schemas.records import ActionCommand, AuditEntry, CheckpointEvent, Incident, JobTopology, TrainingStep
@@ -115,11 +116,7 @@ def test_act_on_a_new_machine_knows_what_the_old_one_knew(kafka: str, topic_pref
         acts[1].communicate(timeout=60)
         tap.drain(1.0)
     finally:
-        for proc in [*acts, *agents.values()]:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in [*acts, *agents.values()]:
-            proc.communicate(timeout=60)
+        stop_all([*acts, *agents.values()], timeout_s=60)
         tap.close()
     node1 = [r for r in tap.seen if isinstance(r, ActionCommand) and "node-1" in r.nodes]
     assert [c.action for c in node1] == ["stop"]  # node-1 was only ever stopped

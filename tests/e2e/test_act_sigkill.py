@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import stop_all
 
 from actions.journal import Journal
 from schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, JobTopology
@@ -71,11 +72,7 @@ def test_act_killed_while_an_agent_stops_the_evicted_node(kafka: str, topic_pref
         acts[1].communicate(timeout=60)
         tap.drain(2.0)
     finally:
-        for proc in [*acts, *agents.values()]:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in [*acts, *agents.values()]:
-            proc.communicate(timeout=60)
+        stop_all([*acts, *agents.values()], timeout_s=60)
         tap.close()
 
     journal = Journal(tmp_path / "act" / "journal.sqlite")
