@@ -39,10 +39,12 @@ from detectors.registry import build
 from detectors.settings import DetectorSettings
 from schemas.records import (
     Anomaly,
+    CustomMetric,
     Heartbeat,
     Incident,
     JobTopology,
     LogEvent,
+    NodeCondition,
     NodeGpuSample,
     PhaseChange,
     RdmaSample,
@@ -54,7 +56,7 @@ from schemas.records import (
 # Records that name their job and node: they tell which job a node runs.
 _TEACH_JOB = (TrainingStep, Heartbeat, PhaseChange, StackSample)
 # Node records a DaemonSet agent may send without a job.
-_NEED_JOB = (NodeGpuSample, RdmaSample, LogEvent)
+_NEED_JOB = (NodeGpuSample, RdmaSample, LogEvent, NodeCondition, CustomMetric)
 
 
 class NodeJobIndex:

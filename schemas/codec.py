@@ -21,12 +21,14 @@ from schemas.records import (
     Anomaly,
     AuditEntry,
     CheckpointEvent,
+    CustomMetric,
     DeadLetter,
     Decision,
     Heartbeat,
     Incident,
     JobTopology,
     LogEvent,
+    NodeCondition,
     NodeGpuSample,
     OperatorCommand,
     PhaseChange,
@@ -47,6 +49,8 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     LogEvent,
     StackSample,
     JobTopology,
+    NodeCondition,
+    CustomMetric,
     Anomaly,
     Incident,
     Decision,
@@ -59,6 +63,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
 AnyRecord = Union[RECORD_TYPES]  # type: ignore[valid-type]  # noqa: UP007 (a tuple unpacks only into Union[...])
 
 DEFAULT_MAX_BYTES = 1 << 20
+_WIRED = frozenset({TrainingStep, CustomMetric})  # records whose metrics may be non-finite (see `wire`)
 _PATH = re.compile(r"at `\$\.?([^`]*)`|unknown field `([^`]*)`")
 
 
@@ -76,12 +81,19 @@ def wire(record: Record) -> Any:
 
     msgspec writes a non-finite float as null, which no reader could tell
     from a missing grad norm; the strings are what producers have always
-    sent, so every consumer reads them. Anything else passes as it is.
+    sent, so every consumer reads them. A custom metric's values likewise.
+    Anything else passes as it is.
 
     >>> step = TrainingStep(ts=1.0, job="j", rank=0, node="n", step=1, loss=float("nan"))
     >>> wire(step)["loss"], wire(step.__class__(ts=1.0, job="j", rank=0, node="n", step=1, loss=2.0)).loss
     ('nan', 2.0)
     """
+    if isinstance(record, CustomMetric):
+        if all(math.isfinite(v) for v in record.values.values()):
+            return record
+        custom: dict[str, Any] = msgspec.to_builtins(record)
+        custom["values"] = {k: metric(v) for k, v in record.values.items()}
+        return custom
     if not isinstance(record, TrainingStep):
         return record
     loss, grad = record.loss, record.grad_norm
@@ -115,7 +127,7 @@ class Codec:
 
     def encode(self, record: Record) -> bytes:
         """Serialise one record to compact JSON bytes (non-finite metrics as strings, see `wire`)."""
-        return self._encoder.encode(wire(record) if record.__class__ is TrainingStep else record)
+        return self._encoder.encode(wire(record) if record.__class__ in _WIRED else record)
 
     def decode(self, data: bytes | bytearray | memoryview | str, expect: type[Record] | None = None) -> Any:
         """Parse and validate one record; raise `DecodeError` naming the field.

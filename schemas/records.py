@@ -123,8 +123,11 @@ class GpuStats(
 class NodeGpuSample(Record, tag="gpu_sample", frozen=True):
     """All GPUs of one node at one instant, plus XIDs seen since the last sample.
 
-    `nvml_ok` is False when NVML is missing, failing or timed out: the node is
-    then *unobserved*, never healthy, and `error` says why.
+    `nvml_ok` is False when the source is missing, failing or timed out: the
+    node is then *unobserved*, never healthy, and `error` says why. `source`
+    names who read the GPUs: "" is trainguard's own NVML collector,
+    "dcgm-exporter" a scrape of NVIDIA's exporter (a hung exporter is not a
+    hung GPU, so detectors read its timeouts differently).
     """
 
     node: str
@@ -133,6 +136,7 @@ class NodeGpuSample(Record, tag="gpu_sample", frozen=True):
     nvml_ok: bool = True
     error: str = ""
     job: str = ""
+    source: str = ""
 
 
 class RdmaPort(
@@ -159,6 +163,24 @@ class RdmaSample(Record, tag="rdma_sample", frozen=True):
 
     node: str
     ports: list[RdmaPort] = []
+    job: str = ""
+
+
+class NodeCondition(Record, tag="node_condition", frozen=True):
+    """A sticky node condition set by node-problem-detector (or another problem daemon).
+
+    A condition is a state with a transition time (`since`), unlike an event:
+    `status` "True" means the problem is present. NPD's transient Events
+    travel as `LogEvent`s instead (source "node-problem-detector").
+    """
+
+    node: str
+    condition: str
+    status: Literal["True", "False", "Unknown"] = "True"
+    reason: str = ""
+    message: str = ""
+    since: float = 0.0
+    source: str = "node-problem-detector"
     job: str = ""
 
 
@@ -265,6 +287,27 @@ class StackSample(Record, tag="stack", frozen=True):
     frames: list[str]
     pid: int = 0
     reason: str = ""
+
+
+class CustomMetric(Record, tag="custom", frozen=True):
+    """A user's own numeric signal: named values of one job, node or rank.
+
+    The no-code path for signals trainguard has no record for (data-loader
+    wait, tokens dropped, an eval score): publish them as `CustomMetric(name=...)`
+    and configure a `metric_anomaly` detector on `custom:<name>` and a value.
+    """
+
+    name: str
+    values: dict[str, Metric] = {}
+    job: str = ""
+    node: str = ""
+    rank: int | None = None
+    labels: dict[str, str] = {}
+
+    def __post_init__(self) -> None:
+        """Decoded, every value is a float ("nan"/"inf" strings from the wire included)."""
+        if any(v.__class__ is str for v in self.values.values()):
+            msgspec.structs.force_setattr(self, "values", {k: float(v) for k, v in self.values.items()})
 
 
 class JobTopology(Record, tag="topology", frozen=True):

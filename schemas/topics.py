@@ -20,7 +20,8 @@ TOPIC_RECORDS: dict[str, tuple[str, ...]] = {
     "checkpoints": ("checkpoint",),
     "gpu": ("gpu_sample",),
     "rdma": ("rdma_sample",),
-    "logs": ("log",),
+    "logs": ("log", "node_condition"),
+    "custom": ("custom",),
     "anomalies": ("anomaly",),
     "incidents": ("incident",),
     "decisions": ("decision",),
@@ -36,7 +37,8 @@ TOPIC_OF_TAG: dict[str, str] = {tag: topic for topic, tags in TOPIC_RECORDS.item
 # `node-jobs` (compacted, node -> job) and `worker-state` (compacted detector snapshots) hold
 # no records. `act-state` (compacted, one partition: a total order) mirrors act's journal
 # (actions.state_items), so a restarted act on any machine knows what the old one knew.
-INTERNAL_RECORDS: dict[str, tuple[str, ...]] = {"node-events": ("gpu_sample", "rdma_sample", "log")}
+INTERNAL_RECORDS: dict[str, tuple[str, ...]] = {"node-events": ("gpu_sample", "rdma_sample", "log", "node_condition",
+                                                                  "custom")}
 STATE_TOPICS: tuple[str, ...] = ("node-events", "node-jobs", "worker-state", "act-state")
 TOPIC_CONFIGS: dict[str, dict[str, str]] = {"worker-state": {"cleanup.policy": "compact"},
                                             "node-jobs": {"cleanup.policy": "compact"},
@@ -44,8 +46,8 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {"worker-state": {"cleanup.policy": "
 TOPIC_PARTITIONS: dict[str, int] = {"act-state": 1}  # else `topics.partitions`
 # Node records: keyed by their job when they carry one (co-partitioned with the job's training
 # events); a DaemonSet agent's jobless ones by node, and the worker repartitions them.
-NODE_TOPICS: tuple[str, ...] = ("gpu", "rdma", "logs")
-INPUT_TOPICS: tuple[str, ...] = ("training", "checkpoints", "gpu", "rdma", "logs")
+NODE_TOPICS: tuple[str, ...] = ("gpu", "rdma", "logs", "custom")
+INPUT_TOPICS: tuple[str, ...] = ("training", "checkpoints", "gpu", "rdma", "logs", "custom")
 
 
 @dataclass(frozen=True)
