@@ -38,7 +38,14 @@ class CollectorSettings(BaseModel):
     spool_sync: str = Field("process", pattern="^(process|always)$",
                             description="write-ahead durability: 'process' survives a killed collector, "
                             "'always' also a power cut (an fsync per record)")
-    gpu: bool = Field(True, description="enable the NVML collector")
+    gpu: bool = Field(True, description="enable the GPU collector (its source: `gpu_source`)")
+    gpu_source: str = Field("nvml", pattern="^(nvml|dcgm-exporter)$",
+                            description="where GPU readings come from: 'nvml' (open the GPUs) or 'dcgm-exporter' "
+                            "(scrape the exporter already on the node: no NVML, no privilege)")
+    dcgm_exporter_url: str = Field("http://localhost:9400/metrics", pattern="^https?://",
+                                   description="dcgm-exporter's metrics URL (gpu_source: dcgm-exporter)")
+    dcgm_exporter_timeout_s: float = Field(5.0, gt=0, description="a scrape taking longer leaves the node "
+                                           "unobserved for that interval")
     rdma: bool = Field(True, description="enable the RDMA sysfs collector")
     kernel_log: bool = Field(True, description="follow /dev/kmsg for XID/driver lines")
     nvml_timeout_s: float = Field(5.0, gt=0, description="an NVML read taking longer is reported as hung")

@@ -18,7 +18,9 @@ for the job to fail):
 * an NVML call that timed out: the collector's read of the GPUs hangs,
   which is what a GPU falling off the bus or a wedged GSP looks like from
   user space. Such a sample is a hardware suspect naming the node, not a
-  missing sample.
+  missing sample. Only trainguard's own NVML reads count: a dcgm-exporter
+  that does not answer (`source="dcgm-exporter"`) is an exporter down, and
+  leaves the node unobserved.
 
 Counters are cumulative, so only growth counts; a counter that goes *down*
 was reset (driver reload, GPU swap) and becomes the new baseline. Any other
@@ -107,7 +109,7 @@ class HardwareDetector(Detector):
         if record.job:
             self._node_job[record.node] = record.job
         if not record.nvml_ok:
-            if NVML_HUNG.search(record.error):
+            if not record.source and NVML_HUNG.search(record.error):
                 return self._report(record, [{"gpu": -1, "cause": "nvml_timeout", "error": record.error[:200]}])
             return []
         causes: list[dict[str, Any]] = []

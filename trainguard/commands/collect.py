@@ -7,19 +7,26 @@ import logging
 import signal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+from trainguard.errors import UsageError
 from trainguard.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("collect", help="run the node collectors (GPU/NVML, RDMA, kernel and training logs)",
-                       description="Sample GPUs through NVML and RDMA ports through sysfs on their intervals, "
-                       "follow the kernel log and training log files, and publish everything to Kafka, spooling "
-                       "to disk while the broker is unreachable. Each collector reports its success and duration "
-                       "as Prometheus metrics (metrics.port) and a log line.")
+    p = sub.add_parser("collect", help="run the node collectors (GPU via NVML or dcgm-exporter, RDMA, logs)",
+                       description="Sample GPUs through NVML (or scrape the node's dcgm-exporter instead) and RDMA "
+                       "ports through sysfs on their intervals, follow the kernel log and training log files, and "
+                       "publish everything to Kafka, spooling to disk while the broker is unreachable. Each "
+                       "collector reports its success and duration as Prometheus metrics (metrics.port) and a "
+                       "log line.")
     p.add_argument("--node", help="node name (default: collectors.node, else NODE_NAME, else the hostname)")
     p.add_argument("--job", default="", help="job this node serves, if dedicated to one (default: none)")
-    p.add_argument("--no-gpu", action="store_true", help="disable the NVML collector")
+    p.add_argument("--no-gpu", action="store_true", help="disable the GPU collector")
+    p.add_argument("--source", choices=["nvml", "dcgm-exporter"],
+                   help="GPU readings from NVML or from the node's dcgm-exporter (default: collectors.gpu_source)")
+    p.add_argument("--url", help="dcgm-exporter's metrics URL (default: collectors.dcgm_exporter_url, "
+                   "http://localhost:9400/metrics)")
     p.add_argument("--no-rdma", action="store_true", help="disable the RDMA collector")
     p.add_argument("--no-kernel-log", action="store_true", help="do not follow the kernel log")
     p.add_argument("--rdma-root", type=Path, help="sysfs infiniband root (default: collectors.rdma_root)")
@@ -34,7 +41,6 @@ def build_loop(args: argparse.Namespace, settings: Settings) -> tuple[Any, Any]:
     from collectors.logs import FileFollower, KernelLog, LogParser
     from collectors.metrics import CollectorMetrics
     from collectors.node import LineSource, NodeLoop
-    from collectors.nvml import GpuCollector
     from collectors.publisher import Publisher
     from collectors.rdma import RdmaCollector
     from collectors.topology import node_name
@@ -43,13 +49,14 @@ def build_loop(args: argparse.Namespace, settings: Settings) -> tuple[Any, Any]:
 
     cs = settings.collectors
     node = args.node or cs.node or node_name()
+    gpu = gpu_collector(args, settings, node) if cs.gpu and not args.no_gpu else None  # bad --url: stop first
     publisher = Publisher(servers=settings.broker.servers, topics=Topics(settings.topics.prefix),
                           spool_dir=cs.spool_dir / "collect", spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024),
                           client_id=f"trainguard-collect-{node}", sync=cs.spool_sync,
                           client_options=client_options(settings.broker, "kafka-python"))
     loop = NodeLoop(sink=publisher, metrics=CollectorMetrics())
-    if cs.gpu and not args.no_gpu:
-        loop.add(GpuCollector(node=node, job=args.job, timeout_s=cs.nvml_timeout_s), interval_s=cs.gpu_interval_s)
+    if gpu is not None:
+        loop.add(gpu, interval_s=cs.gpu_interval_s)
     if cs.rdma and not args.no_rdma:
         loop.add(RdmaCollector(node=node, job=args.job, root=args.rdma_root or cs.rdma_root),
                  interval_s=cs.rdma_interval_s)
@@ -60,6 +67,24 @@ def build_loop(args: argparse.Namespace, settings: Settings) -> tuple[Any, Any]:
         loop.add(LineSource(name=f"log:{path.name}", reader=FileFollower(path),
                             parser=LogParser(node=node, source=str(path), job=args.job)), interval_s=cs.log_interval_s)
     return loop, publisher
+
+
+def gpu_collector(args: argparse.Namespace, settings: Settings, node: str) -> Any:
+    """The GPU collector of the chosen source: NVML, or a scrape of the node's dcgm-exporter."""
+    cs = settings.collectors
+    if (args.source or cs.gpu_source) == "nvml":
+        if args.url:
+            raise UsageError("collect: --url is dcgm-exporter's; add --source dcgm-exporter")
+        from collectors.nvml import GpuCollector
+
+        return GpuCollector(node=node, job=args.job, timeout_s=cs.nvml_timeout_s)
+    url = args.url or cs.dcgm_exporter_url
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise UsageError(f"collect: --url {url!r} is not an http(s) URL (e.g. http://localhost:9400/metrics)")
+    from collectors.dcgm_source import DcgmExporterCollector
+
+    return DcgmExporterCollector(node=node, job=args.job, url=url, timeout_s=cs.dcgm_exporter_timeout_s)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
