@@ -49,6 +49,12 @@ class CollectorSettings(BaseModel):
     rdma: bool = Field(True, description="enable the RDMA sysfs collector")
     kernel_log: bool = Field(True, description="follow /dev/kmsg for XID/driver lines")
     nvml_timeout_s: float = Field(5.0, gt=0, description="an NVML read taking longer is reported as hung")
+    npd: bool = Field(False, description="read the conditions and events node-problem-detector sets on this "
+                      "node (Kubernetes API: get nodes/status, list events)")
+    npd_interval_s: float = Field(10.0, gt=0)
+    kube_host: str = Field("", description="Kubernetes API URL for the NPD watcher (empty: kubeconfig, else "
+                           "the in-cluster service account)")
+    kubeconfig: str = ""
     rdma_root: Path = Path("/sys/class/infiniband")
     kernel_log_path: Path = Path("/dev/kmsg")
     log_files: list[Path] = Field(default_factory=list, description="training log files to follow")

@@ -13,6 +13,12 @@ for the job to fail):
   where NVML cannot deliver XID events. One XID code fires once per node
   per cooldown, whichever source reported it first.
 
+* a node condition that node-problem-detector set (`NodeCondition`,
+  status True) whose type is in `node_conditions` (default: NPD's
+  `KernelDeadlock` and `ReadonlyFilesystem`: the node cannot run a job), or
+  whose message carries a fatal XID (a custom GPU condition). trainguard's
+  own `TrainguardHealthy` is never evidence: it is what act wrote.
+
 * a GPU recovery action other than none (NVML's GPU_RESET, NODE_REBOOT,
   DRAIN_P2P, DRAIN_AND_RESET; XID 154 announces it);
 * an NVML call that timed out: the collector's read of the GPUs hangs,
@@ -41,9 +47,11 @@ from detectors.base import Detector
 from detectors.common import Bounded, Snapshottable, finding
 from detectors.dispatch import on
 from detectors.xid import classify, is_fatal
-from schemas.records import Anomaly, GpuStats, LogEvent, NodeGpuSample
+from schemas.records import Anomaly, GpuStats, LogEvent, NodeCondition, NodeGpuSample
 
 NVML_HUNG = re.compile(r"timed out|still hung|NVML_ERROR_TIMEOUT|Timeout", re.IGNORECASE)
+NODE_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem")
+OWN_CONDITION = "TrainguardHealthy"
 XID_LINE = re.compile(r"\bXid\b\s*(?:\((?:PCI:)?(?P<pci>[^)]*)\))?\s*:?\s*(?P<code>\d+)")
 
 
@@ -83,6 +91,7 @@ class HardwareDetector(Detector):
         nvlink_window_s: float = 120.0,
         cooldown_s: float = 300.0,
         extra_fatal_xids: list[int] | None = None,
+        node_conditions: list[str] | None = None,
         max_gpus: int = 200_000,
     ) -> None:
         super().__init__(instance=instance)
@@ -91,6 +100,8 @@ class HardwareDetector(Detector):
         self.cooldown_s = cooldown_s
         self.extra_fatal_xids = sorted(extra_fatal_xids or [])
         self._extra = frozenset(self.extra_fatal_xids)
+        self.node_conditions = list(NODE_CONDITIONS if node_conditions is None else node_conditions)
+        self._conditions = frozenset(self.node_conditions) - {OWN_CONDITION}
         self._nodes: Bounded[str, dict[int, _Gpu]] = Bounded(max(1, max_gpus // 8))
         self._fired: Bounded[tuple[str, int, str], float] = Bounded(max_gpus)
         self._node_job: Bounded[str, str] = Bounded(max(1, max_gpus // 8))
@@ -101,6 +112,27 @@ class HardwareDetector(Detector):
         if record.ts > self._now:
             self._now = record.ts
         return self._xid_line(record)
+
+    @on(NodeCondition)
+    def _condition(self, record: NodeCondition) -> list[Anomaly]:
+        """A problem condition node-problem-detector set: fatal by type, or by the XID its message names."""
+        if record.ts > self._now:
+            self._now = record.ts
+        if record.status != "True" or record.condition == OWN_CONDITION:
+            return []
+        at = record.since if 0 < record.since <= record.ts else record.ts
+        match = XID_LINE.search(record.message)
+        if match and is_fatal(int(match.group("code")), self._extra, record.message):
+            code = int(match.group("code"))
+            cause = {"gpu": -1, "cause": "xid", "code": code, "meaning": classify(code, record.message).meaning,
+                     "at": at, "pci": match.group("pci") or "", "source": f"node condition {record.condition}"}
+        elif record.condition in self._conditions:
+            cause = {"gpu": -1, "cause": "node_condition", "condition": record.condition, "reason": record.reason,
+                     "message": record.message[:300], "at": at, "source": record.source}
+        else:
+            return []
+        job = record.job or self._node_job.get(record.node, "")
+        return self._report(NodeGpuSample(ts=record.ts, node=record.node, job=job), [cause])
 
     @on(NodeGpuSample)
     def _sample(self, record: NodeGpuSample) -> list[Anomaly]:
@@ -188,7 +220,7 @@ class HardwareDetector(Detector):
         fresh = []
         for c in causes:
             gpu = -1 if c["cause"] == "xid" else c["gpu"]  # one XID code per node, whichever source saw it
-            key = (sample.node, gpu, f"{c['cause']}:{c.get('code', '')}")
+            key = (sample.node, gpu, f"{c['cause']}:{c.get('code', c.get('condition', ''))}")
             last = self._fired.get(key)
             if last is not None and sample.ts - last < self.cooldown_s:
                 continue

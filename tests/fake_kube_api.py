@@ -8,7 +8,7 @@ shapes of core/v1, policy/v1 and coordination.k8s.io/v1:
   GET/PATCH /api/v1/nodes/{name}, PATCH /api/v1/nodes/{name}/status
   GET /api/v1/pods, GET /api/v1/namespaces/{ns}/pods   (fieldSelector spec.nodeName, labelSelector)
   POST /api/v1/namespaces/{ns}/pods/{name}/eviction     (429 while a PDB blocks)
-  POST /api/v1/namespaces/{ns}/events
+  POST /api/v1/namespaces/{ns}/events, GET /api/v1/events   (fieldSelector involvedObject.kind/.name)
   GET/POST/PUT /apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]
 
 What makes it a useful fake rather than a mock: every request body is
@@ -195,9 +195,16 @@ class FakeKube:
         evict = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", path)
         if evict and verb == "POST":
             return self._evict(*evict.groups(), body)
-        if re.fullmatch(r"/api/v1/namespaces/[^/]+/events", path) and verb == "POST":
+        posted = re.fullmatch(r"/api/v1/namespaces/([^/]+)/events", path)
+        if posted and verb == "POST":
+            meta = body.setdefault("metadata", {})
+            meta.setdefault("namespace", posted.group(1))
+            meta.setdefault("uid", f"event-{len(self.events)}")
+            meta.setdefault("name", meta.pop("generateName", "event") + str(len(self.events)))
             self.events.append(body)
             return 201, body
+        if path == "/api/v1/events" and verb == "GET":
+            return self._list_events(query)
         lease = re.fullmatch(r"/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases(?:/([^/]+))?", path)
         if lease:
             return self._lease(verb, lease.group(1), lease.group(2), body)
@@ -245,6 +252,17 @@ class FakeKube:
                 continue
             items.append(pod)
         return {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+
+    def _list_events(self, query: dict[str, list[str]]) -> tuple[int, Any]:
+        wanted = dict(kv.split("=", 1) for kv in query.get("fieldSelector", [""])[0].split(",") if "=" in kv)
+        paths = {"involvedObject.kind": ("involvedObject", "kind"), "involvedObject.name": ("involvedObject", "name")}
+        unknown = set(wanted) - set(paths)
+        if unknown:  # as the API server: a field selector it does not index is an error
+            return 400, status(400, f'"{sorted(unknown)[0]}" is not a known field selector', "BadRequest")
+        items = [e for e in self.events
+                 if all((e.get(paths[k][0]) or {}).get(paths[k][1]) == v for k, v in wanted.items())]
+        return 200, {"apiVersion": "v1", "kind": "EventList", "metadata": {"resourceVersion": str(self._rv)},
+                     "items": copy.deepcopy(items)}
 
     def _evict(self, namespace: str, name: str, body: Any) -> tuple[int, Any]:
         match = [p for p in self.pods if p["metadata"]["name"] == name and p["metadata"]["namespace"] == namespace]

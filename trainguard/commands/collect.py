@@ -27,6 +27,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="GPU readings from NVML or from the node's dcgm-exporter (default: collectors.gpu_source)")
     p.add_argument("--url", help="dcgm-exporter's metrics URL (default: collectors.dcgm_exporter_url, "
                    "http://localhost:9400/metrics)")
+    p.add_argument("--npd", action="store_true", help="also read node-problem-detector's conditions and events for "
+                   "this node from the Kubernetes API (default: collectors.npd)")
+    p.add_argument("--kube-host", help="Kubernetes API URL for --npd (default: collectors.kube_host, else "
+                   "kubeconfig / in-cluster)")
     p.add_argument("--no-rdma", action="store_true", help="disable the RDMA collector")
     p.add_argument("--no-kernel-log", action="store_true", help="do not follow the kernel log")
     p.add_argument("--rdma-root", type=Path, help="sysfs infiniband root (default: collectors.rdma_root)")
@@ -50,6 +54,7 @@ def build_loop(args: argparse.Namespace, settings: Settings) -> tuple[Any, Any]:
     cs = settings.collectors
     node = args.node or cs.node or node_name()
     gpu = gpu_collector(args, settings, node) if cs.gpu and not args.no_gpu else None  # bad --url: stop first
+    npd = npd_watcher(args, settings, node) if cs.npd or args.npd else None
     publisher = Publisher(servers=settings.broker.servers, topics=Topics(settings.topics.prefix),
                           spool_dir=cs.spool_dir / "collect", spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024),
                           client_id=f"trainguard-collect-{node}", sync=cs.spool_sync,
@@ -63,6 +68,8 @@ def build_loop(args: argparse.Namespace, settings: Settings) -> tuple[Any, Any]:
     if cs.kernel_log and not args.no_kernel_log:
         loop.add(LineSource(name="kernel_log", reader=KernelLog(cs.kernel_log_path),
                             parser=LogParser(node=node, source="kernel", job=args.job)), interval_s=cs.log_interval_s)
+    if npd is not None:
+        loop.add(npd, interval_s=cs.npd_interval_s)
     for path in [*cs.log_files, *args.log_file]:
         loop.add(LineSource(name=f"log:{path.name}", reader=FileFollower(path),
                             parser=LogParser(node=node, source=str(path), job=args.job)), interval_s=cs.log_interval_s)
@@ -85,6 +92,19 @@ def gpu_collector(args: argparse.Namespace, settings: Settings, node: str) -> An
     from collectors.dcgm_source import DcgmExporterCollector
 
     return DcgmExporterCollector(node=node, job=args.job, url=url, timeout_s=cs.dcgm_exporter_timeout_s)
+
+
+def npd_watcher(args: argparse.Namespace, settings: Settings, node: str) -> Any:
+    """The node-problem-detector watcher for this node; a Kubernetes config that cannot load stops us here."""
+    from collectors.npd import NpdWatcher
+
+    cs = settings.collectors
+    try:
+        return NpdWatcher.connect(node=node, host=args.kube_host or cs.kube_host, kubeconfig=cs.kubeconfig,
+                                  job=args.job)
+    except Exception as exc:  # the kubernetes client's config errors have no common base class
+        raise UsageError(f"collect: --npd needs the Kubernetes API (collectors.kube_host, collectors.kubeconfig or "
+                         f"an in-cluster service account): {type(exc).__name__}: {exc}") from None
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
