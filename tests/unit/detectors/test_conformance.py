@@ -56,6 +56,7 @@ def test_check_detector_names_the_broken_promise() -> None:
 @pytest.mark.parametrize("type_name,kind", [
     ("nan", "nan"), ("hw_fault", "hw_fault"), ("network", "network"), ("hang", "hang"), ("slowdown", "slowdown"),
     ("loss_spike", "loss_spike"), ("sdc", "sdc"), ("user_error", "user_error"), ("node_health", "hw_fault"),
+    ("metric_anomaly", "slowdown"),
     ("sample_long_step", "slowdown"),
 ])
 def test_each_detector_finds_its_fault_in_the_mixed_stream(type_name: str, kind: str) -> None:
