@@ -96,7 +96,7 @@ def score(model: str, family: str, seeds: range) -> dict[str, float]:
             **{k: v / len(seeds) for k, v in by_kind.items()}}
 
 
-def per_event_us(fn: Callable[[], None], n: int) -> float:
+def per_event_us(fn: Callable[[], object], n: int) -> float:
     t0 = time.perf_counter()
     fn()
     return (time.perf_counter() - t0) / n * 1e6
