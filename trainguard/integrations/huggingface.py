@@ -59,7 +59,7 @@ class TrainguardCallback(TrainerCallback):  # type: ignore[misc]
             self._losses.append(loss)
             self._captured = True
         ids = kwargs.get("input_ids") if isinstance(kwargs, dict) else None
-        self._seen_tokens += int(ids.numel()) if hasattr(ids, "numel") else 0
+        self._seen_tokens += int(ids.numel()) if ids is not None and hasattr(ids, "numel") else 0
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         self._grad = grad_norm(model) if model is not None else None
