@@ -101,7 +101,7 @@ def main() -> None:
     for t in threads:
         t.start()
     stop.wait()
-    for loop, publisher in loops:
+    for loop, _ in loops:
         loop.stop_event.set()
     for t in threads:
         t.join(timeout=5)
