@@ -43,6 +43,7 @@ from typing import Any, Protocol
 import msgspec
 
 from collectors.agent_state import AgentState, StateFile
+from collectors.error_file import SILENT_STARTUP, Attempt
 from collectors.hang_watch import HangWatch, progress_rank, read_progress
 from collectors.logs import LogParser
 from collectors.sink import RecordSink
@@ -96,6 +97,9 @@ class Agent:
         self._parser_lock = threading.Lock()
         self._sampling = threading.Lock()
         self.proc = ProcessSupervisor(argv=argv, on_line=self._on_line)
+        self.error_dir = state_dir / "errors"
+        self._env = env
+        self.attempt: Attempt | None = None
         self.exit_code: int | None = None
         self.stopped_by_command = False
 
@@ -105,8 +109,12 @@ class Agent:
         """Start (or restart) the training command with the current state's environment."""
         self.exit_code = None
         self.stopped_by_command = False
+        self.attempt = Attempt(directory=self.error_dir, name=f"{self.job}-{self.node}", attempt=self.state.attempt,
+                               resume_step=self.state.resume_step, env=self._env)
+        for stale in self.progress_dir.glob("*.json"):
+            stale.unlink(missing_ok=True)  # the previous attempt's processes: gone
         env = {**self.state.child_env(), "TRAINGUARD_STACK_DIR": str(self.stack_dir),
-               "TRAINGUARD_PROGRESS_DIR": str(self.progress_dir)}
+               "TRAINGUARD_PROGRESS_DIR": str(self.progress_dir), **self.attempt.env()}
         pid = self.proc.start(env)
         log.info("started %s (pid %d, attempt %d)", " ".join(self.proc.argv), pid, self.state.attempt)
         return pid
@@ -121,16 +129,34 @@ class Agent:
             with self._parser_lock:  # the output is drained: a traceback's message is complete
                 pending = self._parser.flush()
             for event in pending:
-                self.sink.publish(self._versioned(event))
-            self.sink.publish(self._versioned(self._parser.exit_event(code, self._clock())))
+                self._publish_output(event)
+            self.sink.publish(self._versioned(self._exit_event(code)))
         return code
+
+    def _exit_event(self, code: int) -> LogEvent:
+        """The exit, preceded (non-zero) by what `@record` wrote; a silent death before any step says so."""
+        event = self._parser.exit_event(code, self._clock())
+        attempt = self.attempt
+        if code == 0 or attempt is None:
+            return event
+        why = attempt.error_event(node=self.node, job=self.job, ts=event.ts)
+        if why is not None:
+            self.sink.publish(self._versioned(why))
+        elif not attempt.said_why and not attempt.reached_a_step(self.progress_dir):
+            event = msgspec.structs.replace(event, message=f"{event.message} {SILENT_STARTUP}")
+        return event
+
+    def _publish_output(self, event: LogEvent) -> None:
+        if self.attempt is not None:
+            self.attempt.heard(event)
+        self.sink.publish(self._versioned(event))
 
     def _on_line(self, line: str, stream: str) -> None:
         self._tee(line, stream)  # stream is 'stdout' or 'stderr'
         with self._parser_lock:  # stdout and stderr pumps share the traceback state
             events = self._parser.feed(line, self._clock())
         for event in events:
-            self.sink.publish(self._versioned(event))
+            self._publish_output(event)
 
     def _versioned(self, event: LogEvent) -> LogEvent:
         """Stamp the code version this agent launched: it tells a bad hot update from the machine."""

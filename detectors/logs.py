@@ -14,6 +14,17 @@ infrastructure error by evicting. `classify()` reads one log line:
   code 2 (a command-line usage error).
 * anything else is *unknown* and never reported.
 
+A job whose processes all die at start-up with the same exit code and no
+message (no traceback, no error file: the agent's exit event says
+"before its first step, saying nothing") is a user error too, when at
+least `silent_startup_nodes` distinct nodes do so within
+`silent_startup_window_s` and none of them logged an infrastructure line
+meanwhile. A machine fault kills the ranks of one machine (the others then
+fail with NCCL or rendezvous errors, which are infra lines); the same
+silent exit on every machine at once is what the job's own code or
+configuration does everywhere (a bad argument, a missing file, an exit(1)
+in user code). One node alone stays unknown: it could be its machine.
+
 An OOM's evidence says whether the job's `code_version` changed (as its
 checkpoint announcements report it; step records are not read, to keep the
 per-step cost down) — an OOM right after a code change is the classic case.
@@ -45,6 +56,7 @@ USER = re.compile(
 )
 OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
 QUIET_LEVELS = frozenset({"debug", "info", "notice", "warn", "warning"})
+SILENT_STARTUP = "before its first step, saying nothing"  # collectors.error_file words the exit event so
 
 
 def classify(event: LogEvent) -> tuple[str, str]:
@@ -81,9 +93,14 @@ class UserErrorDetector(Detector):
     [('user_error', 'ImportError')]
     """
 
-    def __init__(self, *, instance: str = "user_error", cooldown_s: float = 120.0, max_jobs: int = 10_000) -> None:
+    def __init__(self, *, instance: str = "user_error", cooldown_s: float = 120.0, silent_startup_nodes: int = 2,
+                 silent_startup_window_s: float = 120.0, max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)
         self.cooldown_s = cooldown_s
+        self.silent_startup_nodes = silent_startup_nodes
+        self.silent_startup_window_s = silent_startup_window_s
+        self._silent: Bounded[str, dict[str, tuple[float, int]]] = Bounded(max_jobs)  # job -> node -> (ts, code)
+        self._infra: Bounded[str, float] = Bounded(max_jobs)  # job -> newest infra line
         self._fired: Bounded[str, float] = Bounded(max_jobs)
         self._code: Bounded[str, tuple[str, float, bool]] = Bounded(max_jobs)  # job -> (version, since, changed)
 
@@ -100,8 +117,28 @@ class UserErrorDetector(Detector):
         if record.level.lower() in QUIET_LEVELS and record.exit_code is None and record.category != "traceback":
             return []  # a warning that mentions an exception name is not a failure
         verdict, match = classify(record)
+        if verdict == "infra" and record.job:
+            self._infra[record.job] = max(record.ts, self._infra.get(record.job, record.ts))
+        if verdict == "unknown" and record.exit_code and SILENT_STARTUP in record.message and record.job:
+            return self._silent_startup(record)
         if verdict != "user":
             return []
+        return self._report(record, match)
+
+    def _silent_startup(self, record: LogEvent) -> list[Anomaly]:
+        """Every node of the job died at start-up with this code and said nothing: the job's own doing."""
+        window = self.silent_startup_window_s
+        nodes = {n: v for n, v in self._silent.get(record.job, {}).items() if record.ts - v[0] <= window}
+        nodes[record.node] = (record.ts, int(record.exit_code or 0))
+        self._silent[record.job] = nodes
+        same = sorted(n for n, (_, code) in nodes.items() if code == record.exit_code)
+        infra_at = self._infra.get(record.job)
+        if len(same) < self.silent_startup_nodes or (infra_at is not None and record.ts - infra_at <= window):
+            return []
+        return self._report(record, f"exit code {record.exit_code} at start-up on {len(same)} nodes, no message",
+                            nodes=same)
+
+    def _report(self, record: LogEvent, match: str, nodes: list[str] | None = None) -> list[Anomaly]:
         key = record.job or f"node:{record.node}"
         last = self._fired.get(key)
         if last is not None and record.ts - last < self.cooldown_s:
@@ -119,7 +156,7 @@ class UserErrorDetector(Detector):
             evidence["code_changed_at"] = code[1] if code is not None and code[2] else None
         ranks = [record.rank] if record.rank is not None else []
         return [finding(self.instance, "user_error", ts=record.ts, onset=record.ts, job=record.job,
-                        nodes=[record.node], ranks=ranks, key=key, evidence=evidence)]
+                        nodes=nodes or [record.node], ranks=ranks, key=key, evidence=evidence)]
 
     def state_size(self) -> int:
-        return len(self._fired) + len(self._code)
+        return len(self._fired) + len(self._code) + sum(len(n) for n in self._silent.values()) + len(self._infra)
