@@ -236,3 +236,21 @@ def test_every_value_is_documented_in_the_chart_readme() -> None:
                     and f", `.{leaf}" not in readme:
                 missing.append(key)
     assert missing == []
+
+
+def test_dcgm_exporter_source_needs_no_nvidia_runtime_and_npd_reads_only(tmp_path: Path) -> None:
+    values = {**FULL, "collectors": {"profile": "restricted", "gpuSource": "dcgm-exporter", "npd": {"enabled": True}}}
+    docs = render(values, tmp=tmp_path)
+    spec = pod_specs(docs)["tg-trainguard-collectors"]
+    assert is_restricted(spec) == [] and "runtimeClassName" not in spec
+    env = {e["name"]: e for e in spec["containers"][0]["env"]}
+    assert "NVIDIA_VISIBLE_DEVICES" not in env and env["TRAINGUARD_COLLECTORS__GPU_SOURCE"]["value"] == "dcgm-exporter"
+    assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    assert env["TRAINGUARD_COLLECTORS__DCGM_EXPORTER_URL"]["value"] == "http://$(NODE_IP):9400/metrics"
+    assert env["TRAINGUARD_COLLECTORS__NPD"]["value"] == "true" and spec["automountServiceAccountToken"] is True
+    [role] = [d for d in kinds(docs)["ClusterRole"] if d["metadata"]["name"] == "tg-trainguard-collectors-npd"]
+    assert {(r["resources"][0], v) for r in role["rules"] for v in r["verbs"]} == {("nodes/status", "get"),
+                                                                                   ("events", "list")}
+    assert spec["serviceAccountName"] == "tg-trainguard-collectors"
+    with pytest.raises(Exception, match="gpuSource"):
+        render({**FULL, "collectors": {"gpuSource": "smi"}}, tmp=tmp_path)
