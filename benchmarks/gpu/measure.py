@@ -46,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--block", type=int, default=8, help="steps per mode per round")
     parser.add_argument("--target-step-s", type=float, default=0.5)
+    parser.add_argument("--depth", type=int, default=12, help="MLP blocks (12: 400 M params, 4.8 GB of state)")
     args = parser.parse_args(argv)
 
     import torch
@@ -57,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cpu:
         torch.set_num_threads(1)  # a small model on shared cores: more threads only add contention
     shape = CPU_SHAPE if args.cpu else step_overhead.Shape(rounds=args.rounds, block=args.block,
-                                                            target_step_s=args.target_step_s)
+                                                            target_step_s=args.target_step_s, depth=args.depth)
     t0 = time.perf_counter()
     report = {"cpu_dry_run": args.cpu, "machine": device_info(args.cpu),
               "nvml": nvml_probe.probe(samples=args.nvml_samples),

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 MODES = ("base", "hook", "ckpt", "hook+ckpt")
+COUNTED = ("blocked_s", "launch_s", "wait_s", "snapshots", "skipped_busy")  # CheckpointManager.stats, per block
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,7 @@ def measure(shape: Shape, device: str) -> dict[str, Any]:
     try:
         for mode in MODES:  # warm-up: the slots are mapped and page-locked on the first snapshot
             loop.block(mode, 2)
+        loop.reset()
         times: dict[str, list[float]] = {m: [] for m in MODES}
         for _ in range(shape.rounds):
             for mode in MODES:
@@ -137,9 +139,13 @@ class Loop:
                  manager: Any) -> None:
         self.model, self.opt, self.x, self.monitor, self.manager = model, opt, x, monitor, manager
         self.step = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was counted so far (the warm-up)."""
         self.hook_s: dict[str, float] = dict.fromkeys(MODES, 0.0)
-        self.ckpt: dict[str, dict[str, float]] = {m: {"blocked_s": 0.0, "launch_s": 0.0, "wait_s": 0.0}
-                                                  for m in MODES}
+        # snapshots taken and skipped (both slots busy: the previous copy was still being checksummed)
+        self.ckpt: dict[str, dict[str, float]] = {m: dict.fromkeys(COUNTED, 0.0) for m in MODES}
         self.steps: dict[str, int] = dict.fromkeys(MODES, 0)
 
     def block(self, mode: str, steps: int) -> list[float]:
@@ -176,7 +182,9 @@ def _report(shape: Shape, device: str, tokens: int, state_bytes: int, n_tensors:
                                "overhead_by_difference": round(mean / base - 1, 6)}
         direct = loop.hook_s[mode] / n + loop.ckpt[mode]["blocked_s"] / n
         row["hook_s_per_step"] = round(loop.hook_s[mode] / n, 7)
-        row.update({f"ckpt_{k}_per_step": round(v / n, 7) for k, v in loop.ckpt[mode].items()})
+        timed = {k: v for k, v in loop.ckpt[mode].items() if k.endswith("_s")}
+        row.update({f"ckpt_{k}_per_step": round(v / n, 7) for k, v in timed.items()})
+        row.update(snapshots=int(loop.ckpt[mode]["snapshots"]), snapshots_skipped=int(loop.ckpt[mode]["skipped_busy"]))
         row["overhead_by_direct_timing"] = round(direct / base, 6)
         modes[mode] = row
     both = modes["hook+ckpt"]

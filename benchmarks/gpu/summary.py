@@ -40,7 +40,8 @@ def measure_lines(m: dict[str, Any]) -> list[str]:
                      f"({_pct(r['overhead_by_difference'])} by difference of means); hook "
                      f"{r['hook_s_per_step'] * 1e3:.3f} ms/step, checkpoint blocked "
                      f"{r['ckpt_blocked_s_per_step'] * 1e3:.2f} ms/step (queue {r['ckpt_launch_s_per_step'] * 1e3:.2f}"
-                     f" + wait {r['ckpt_wait_s_per_step'] * 1e3:.2f})")
+                     f" + wait {r['ckpt_wait_s_per_step'] * 1e3:.2f}); {r['snapshots']} snapshots in {r['steps']} "
+                     f"steps, {r['snapshots_skipped']} skipped (slots busy)")
     t = steps["targets"]
     lines.append(f"targets: checkpoint blocking <= 0.04 s/step: {t['ckpt_blocked_s_per_step_le_0.04']}; hook + "
                  f"checkpoint <= 0.5% of a step: {t['hook_plus_ckpt_le_0.5pct_of_a_step']}")

@@ -66,6 +66,7 @@ def test_the_cpu_dry_run_writes_every_figure(kafka: str, tmp_path: Path) -> None
         assert row["steps"] == 6 and row["step_s_mean"] > 0
         assert (row["hook_s_per_step"] > 0) == ("hook" in mode)
         assert (row["ckpt_launch_s_per_step"] > 0) == ("ckpt" in mode)  # only those modes snapshot
+        assert row["snapshots"] + row["snapshots_skipped"] == (6 if "ckpt" in mode else 0)
     scale = json.loads((out / "scaleout.json").read_text())
     assert [r["workers"] for r in scale["runs"]] == [1] and scale["runs"][0]["events"] > 0
     summary = (out / "summary.txt").read_text()
