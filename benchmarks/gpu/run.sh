@@ -13,7 +13,8 @@
 #
 # An offline machine: the Python packages it lacks can come as wheels in $TRAINGUARD_WHEELS (or .whl/ at
 # the repository root), installed with pip --no-index into a temporary directory; the step part needs
-# msgspec, pydantic (+ pydantic-core, annotated-types, typing-inspection) and nvidia-ml-py beside torch;
+# msgspec, pydantic (+ pydantic-core, annotated-types, typing-inspection) and nvidia-ml-py beside torch
+# (`benchmarks/gpu/fetch_wheels.sh` downloads the first ones, where a registry is reachable);
 # the scale-out part also needs the worker's dependencies (pyproject.toml) and, to start a broker, java 17
 # with the broker jars in .trainguard/kafka-lib (`make broker-start` fetches them where Maven Central is
 # reachable).
