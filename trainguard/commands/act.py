@@ -48,7 +48,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import msgspec
 
     from schemas.topics import Topics
-    from streams.act_factory import create_action_app
+    from streams.act.factory import create_action_app
     from streams.admin import ensure_configured_topics, require_broker
 
     console = Console()
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         console.print(f"act: state from {topics.name('act-state')} and the journal (epoch {r.epoch}, "
                       f"{len(r.to_local)} items taken, {len(r.to_publish)} published)")
     if args.metrics_port:
-        built.core.metrics.serve(args.metrics_port)
+        built.metrics.serve(args.metrics_port)
     mode = "dry-run" if dry_run else f"executors {_routes_line(built.core.runner.routes)}"
     if not settings.security.worker_public_keys:
         console.print("act: incidents are trusted by who may write them (Kafka ACLs); set "
@@ -96,10 +96,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _wait_for_leadership(settings: Settings, console: Console) -> None:
-    """With LEASE_NAME set (several replicas), act only while holding the Lease (streams/leader.py)."""
+    """With LEASE_NAME set (several replicas), act only while holding the Lease (streams/act/leader.py)."""
     import os
 
-    from streams.leader import LeaseElector
+    from streams.act.leader import LeaseElector
 
     elector = LeaseElector.from_env(kube=settings.actions.kubernetes)
     if elector is None:

@@ -49,35 +49,14 @@ class _Refused(RuntimeError):
 async def _serve(settings: Settings, cfg: object, timeout: float | None) -> int:
     from aiohttp import web
     from aiokafka.errors import KafkaError
-    from kafka.errors import KafkaError as SyncKafkaError
 
-    from schemas.topics import Topics
-    from streams.admin import ensure_configured_topics
-    from streams.console.app import AssetsMissing, create_app
-    from streams.console.auth import Authenticator, CredentialsError, load_users
-    from streams.console.feed import ConsoleFeed
+    from streams.console.factory import ConsoleRefused, create_console
     from streams.console.settings import ConsoleSettings
-    from streams.console.state import ConsoleState
 
     assert isinstance(cfg, ConsoleSettings)
     try:
-        users = load_users(cfg.credentials_file) if cfg.credentials_file else []
-    except CredentialsError as exc:
-        raise _Refused(str(exc)) from None
-    auth = Authenticator(users, user_header=cfg.trusted_user_header, groups_header=cfg.trusted_groups_header,
-                         operator_groups=cfg.operator_groups)
-    if not auth.configured:
-        raise _Refused("no way to log in: set console.credentials_file (or --credentials) or "
-                       "console.trusted_user_header")
-    try:
-        ensure_configured_topics(settings)
-    except SyncKafkaError as exc:
-        raise _Refused(f"broker {settings.broker.servers} unreachable: {exc}") from None
-    feed = ConsoleFeed(settings.broker.servers, Topics(settings.topics.prefix),
-                       ConsoleState(standby_nodes=list(settings.actions.standby_nodes)))
-    try:
-        app = create_app(feed, auth, cfg)
-    except AssetsMissing as exc:
+        app = create_console(settings, cfg)
+    except ConsoleRefused as exc:
         raise _Refused(str(exc)) from None
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2.0)
     try:

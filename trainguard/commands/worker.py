@@ -19,7 +19,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import faust
 
     from streams.admin import ensure_configured_topics, require_broker
-    from streams.worker_factory import create_worker_app
+    from streams.worker.factory import create_worker_app
 
     require_broker(settings)
     ensure_configured_topics(settings)

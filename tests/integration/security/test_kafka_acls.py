@@ -28,8 +28,8 @@ from schemas.codec import Codec
 from schemas.kafka_config import BrokerSettings, client_options
 from schemas.records import ActionCommand, ActionResult, Heartbeat, Incident
 from schemas.topics import Topics
+from streams.act.state_mirror import StateMirror
 from streams.admin import ensure_topics
-from streams.state_mirror import StateMirror
 from trainguard.kafka_acls import recommended
 
 pytestmark = pytest.mark.broker

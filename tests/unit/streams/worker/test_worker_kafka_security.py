@@ -7,7 +7,7 @@ from pathlib import Path
 import faust
 
 from streams import kafka_io
-from streams.worker_factory import create_worker_app
+from streams.worker.factory import create_worker_app
 from trainguard.settings import load_settings
 
 

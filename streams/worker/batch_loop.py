@@ -17,9 +17,9 @@ from the matching offsets); after the commit, all of it stands. Downstream
 consumers read committed only. Without it, outputs are acknowledged before
 offsets are committed (at-least-once, no snapshots).
 
-State is per task (streams.tasks): partition number p of every input
+State is per task (streams.worker.tasks): partition number p of every input
 topic, with its own pipeline, event clock and changelog snapshot. Event
-time comes from each task's `streams.watermark.EventClock`: the minimum
+time comes from each task's `streams.worker.watermark.EventClock`: the minimum
 over the task's partitions, idle ones set aside, wall-clock time only while
 every partition is caught up and the broker answers.
 """
@@ -36,10 +36,11 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import IllegalStateError
 
 from schemas.topics import INPUT_TOPICS, Topics
-from streams import kafka_io, state
-from streams.metrics import WorkerMetrics
-from streams.processor import OutMessage
-from streams.tasks import Task, TaskFactory, read_snapshots, task_key
+from streams import kafka_io
+from streams.worker import snapshot
+from streams.worker.metrics import WorkerMetrics
+from streams.worker.processor import OutMessage
+from streams.worker.tasks import Task, TaskFactory, read_snapshots, task_key
 
 if TYPE_CHECKING:
     from schemas.kafka_config import BrokerSettings
@@ -244,8 +245,8 @@ class BatchLoop:
         cost = 0.0
         for task in dirty:
             started = time.process_time()
-            blob = state.dump(state.Snapshot(task.processor.pipeline, dict(task.clock.parts),
-                                             list(task.processor.buffer)))
+            blob = snapshot.dump(snapshot.Snapshot(task.processor.pipeline, dict(task.clock.parts),
+                                                   list(task.processor.buffer)))
             cost += time.process_time() - started
             await producer.send(self.topics.name("worker-state"), blob, key=task.key(self.group_id))
             self.snapshots, self.snapshot_bytes, task.dirty = self.snapshots + 1, len(blob), False

@@ -1,6 +1,6 @@
 """What `trainguard act` does with each record, apart from how records arrive.
 
-The Faust app (`streams.act_app`) feeds records here; this class decides,
+The Faust app (`streams.act.loop`) feeds records here; this class decides,
 journals and executes. Three rules keep it durable and fast:
 
 * State first, offsets after: a checkpoint or topology is journaled
@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
 from actions.engine import DecisionEngine
 from actions.ettr import EttrAccount
@@ -53,18 +54,53 @@ from schemas.records import (
     TrainingStep,
 )
 from schemas.signing import KeyRing, signed_by_node
-from streams.action_metrics import ActionMetrics
 
 log = logging.getLogger(__name__)
 OnDecision = Callable[[Incident, Decision], None]
 Publish = Callable[[Record], None]
 
 
+class ActMetrics(Protocol):
+    """What the core reports as it works; `streams.act.metrics.ActionMetrics` exports it to Prometheus.
+
+    A protocol, so the pure core never imports an exporter (actions/ imports no streams/).
+    """
+
+    def decided(self, *, kind: str, rule: str, status: str) -> None: ...
+
+    def acted(self, *, action: str, status: str) -> None: ...
+
+    def rails(self, *, breaker_tripped: bool, pool_size: int) -> None: ...
+
+    def ettr(self, *, job: str, ettr: float, unproductive_s: dict[str, float]) -> None: ...
+
+    def evictions(self, counts: dict[str, int]) -> None: ...
+
+
+class NoMetrics:
+    """The default `ActMetrics`: counts nothing (tests, tools, a core without an exporter)."""
+
+    def decided(self, *, kind: str, rule: str, status: str) -> None:
+        """Count nothing."""
+
+    def acted(self, *, action: str, status: str) -> None:
+        """Count nothing."""
+
+    def rails(self, *, breaker_tripped: bool, pool_size: int) -> None:
+        """Show nothing."""
+
+    def ettr(self, *, job: str, ettr: float, unproductive_s: dict[str, float]) -> None:
+        """Show nothing."""
+
+    def evictions(self, counts: dict[str, int]) -> None:
+        """Show nothing."""
+
+
 class ActCore:
     """Observe state, decide on incidents, run plans; thread-safe where the app needs it."""
 
     def __init__(self, *, engine: DecisionEngine, runner: PlanRunner, knowledge: JobKnowledge, publish: Publish,
-                 metrics: ActionMetrics | None = None, ettr: EttrAccount | None = None,
+                 metrics: ActMetrics | None = None, ettr: EttrAccount | None = None,
                  on_decision: OnDecision | None = None, plan_workers: int = 4, max_jobs: int = 4096,
                  operator_max_age_s: float = DEFAULT_MAX_AGE_S, node_keys: KeyRing | None = None,
                  worker_keys: KeyRing | None = None, durable: Callable[[], object] | None = None) -> None:
@@ -72,7 +108,7 @@ class ActCore:
         self.runner = runner
         self.knowledge = knowledge
         self.publish = publish
-        self.metrics = metrics or ActionMetrics()
+        self.metrics: ActMetrics = metrics or NoMetrics()
         self.ettr = knowledge.ettr if ettr is None else ettr
         knowledge.ettr = self.ettr  # one account: observed here, journaled by the knowledge
         self.on_decision = on_decision or (lambda _i, _d: None)
@@ -85,7 +121,7 @@ class ActCore:
         self._rails_shown: dict[str, object] | None = None
         self.node_keys = node_keys or KeyRing()  # who may sign results (each node its own)
         self.worker_keys = worker_keys or KeyRing()  # empty: incidents trusted by Kafka ACLs alone
-        self.durable = durable or (lambda: None)  # waits until the journal is mirrored (streams.state_mirror)
+        self.durable = durable or (lambda: None)  # waits until the journal is mirrored (streams.act.state_mirror)
 
     def save_state(self) -> None:
         """Journal what observing records changed and is not journaled as it happens (ETTR); the loop

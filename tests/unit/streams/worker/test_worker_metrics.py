@@ -7,8 +7,8 @@ import urllib.request
 from schemas.codec import encode
 from schemas.records import Anomaly, Incident
 from schemas.topics import Topics
-from streams.metrics import WorkerMetrics, detector_state_sizes
-from streams.processor import OutMessage, ProcessorStats, RawMessage
+from streams.worker.metrics import WorkerMetrics, detector_state_sizes
+from streams.worker.processor import OutMessage, ProcessorStats, RawMessage
 
 TOPICS = Topics("x.")
 

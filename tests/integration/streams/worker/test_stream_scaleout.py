@@ -28,7 +28,7 @@ from streams.admin import ensure_topics
 from streams.recording import read_recording, replay, write_recording
 from trainguard.settings import load_settings
 
-SCENARIO = Path(__file__).parents[1] / "fixtures" / "scenarios" / "stream-core.yaml"
+SCENARIO = Path(__file__).parents[3] / "fixtures" / "scenarios" / "stream-core.yaml"
 Start = Callable[..., subprocess.Popen[bytes]]
 
 

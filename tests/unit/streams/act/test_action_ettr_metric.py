@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.action_metrics import ActionMetrics
+from streams.act.metrics import ActionMetrics
 
 
 def test_ettr_gauges_per_job() -> None:

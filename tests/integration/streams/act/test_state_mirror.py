@@ -14,11 +14,11 @@ from kafka import KafkaProducer
 from actions.journal import Journal
 from schemas import ActionResult, Codec
 from schemas.topics import Topics
+from streams.act.command_bus import KafkaCommandBus
+from streams.act.state_mirror import MirrorFenced, StateMirror
 from streams.admin import ensure_topics
-from streams.command_bus import KafkaCommandBus
 from streams.kafka_io import as_broker
-from streams.state_mirror import MirrorFenced, StateMirror
-from tests.integration.actions.test_command_bus import ACT, N0, NODES
+from tests.integration.streams.act.test_command_bus import ACT, N0, NODES
 
 pytestmark = pytest.mark.broker
 RAILS = {"evicted": {"j": ["n1"]}, "cooldown": {"n1": 5.0}}

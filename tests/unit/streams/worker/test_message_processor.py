@@ -8,7 +8,7 @@ from detectors.nan import NanDetector
 from detectors.pipeline import DetectionPipeline
 from schemas import Codec, DeadLetter, Heartbeat, Incident, TrainingStep
 from schemas.topics import Topics
-from streams.processor import MessageProcessor, RawMessage
+from streams.worker.processor import MessageProcessor, RawMessage
 
 
 def processor() -> MessageProcessor:

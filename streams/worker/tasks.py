@@ -27,9 +27,11 @@ from kafka.partitioner.default import murmur2
 from detectors.pipeline import DetectionPipeline
 from schemas.signing import Signer
 from schemas.topics import Topics
-from streams import kafka_io, state
-from streams.processor import MessageProcessor, ProcessorStats, Routing
-from streams.watermark import EventClock
+from streams import kafka_io
+from streams.worker.processor import MessageProcessor, ProcessorStats, Routing
+from streams.worker.snapshot import Snapshot
+from streams.worker.snapshot import load as load_snapshot
+from streams.worker.watermark import EventClock
 
 if TYPE_CHECKING:
     from schemas.kafka_config import BrokerSettings
@@ -72,7 +74,7 @@ class TaskFactory:
     stats: ProcessorStats = field(default_factory=ProcessorStats)
     signer: Signer | None = None  # signs incidents where Kafka ACLs cannot keep others from writing them
 
-    def build(self, number: int, snapshot: state.Snapshot | None = None) -> Task:
+    def build(self, number: int, snapshot: Snapshot | None = None) -> Task:
         routing = Routing(task=number, job_of=self.table.job_of,
                           task_of=lambda job: partition_of(job, self.partitions))
         pipeline = snapshot.pipeline if snapshot is not None else self.new_pipeline()
@@ -86,7 +88,7 @@ class TaskFactory:
         return Task(number, processor, clock)
 
 
-async def read_snapshots(broker: BrokerSettings, topics: Topics, keys: Iterable[bytes]) -> dict[bytes, state.Snapshot]:
+async def read_snapshots(broker: BrokerSettings, topics: Topics, keys: Iterable[bytes]) -> dict[bytes, Snapshot]:
     """The newest committed snapshot under each of `keys` (compaction keeps this read short)."""
     wanted, blobs = set(keys), {}
     reader = kafka_io.aio_consumer(broker)
@@ -101,7 +103,7 @@ async def read_snapshots(broker: BrokerSettings, topics: Topics, keys: Iterable[
         await reader.stop()
     out = {}
     for key, blob in blobs.items():
-        snap = state.load(blob) if blob else None
+        snap = load_snapshot(blob) if blob else None
         if snap is not None:
             out[key] = snap
     return out

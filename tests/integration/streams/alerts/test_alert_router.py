@@ -23,7 +23,7 @@ from schemas.codec import Codec
 from schemas.records import Decision, Incident, PlannedAction
 from schemas.topics import Topics, key_for
 from streams.admin import ensure_topics
-from streams.alert_router import AlertRouter
+from streams.alerts.router import AlertRouter
 
 
 class Receiver:

@@ -11,8 +11,8 @@ from kafka import KafkaConsumer, KafkaProducer
 from schemas import ActionCommand, ActionResult, Codec
 from schemas.signing import KeyRing, Signer
 from schemas.topics import Topics
+from streams.act.command_bus import KafkaCommandBus
 from streams.admin import ensure_topics
-from streams.command_bus import KafkaCommandBus
 
 ACT = Signer("act", Ed25519PrivateKey.generate())
 N0 = Signer("n0", Ed25519PrivateKey.generate())

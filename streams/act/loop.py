@@ -16,7 +16,7 @@ lag behind the incident, the loop fetches them up to their current end
 first (bounded by `actions.state_wait_s`). Offsets are committed at most
 every `actions.commit_interval_s`, and only once every record's effect is in
 the journal and on the act-state topic (`ActCore.save_state`, then the
-mirror's `durable` wait, `streams.state_mirror`). The wait runs beside the
+mirror's `durable` wait, `streams.act.state_mirror`). The wait runs beside the
 loop, not in it: the next batch is fetched and decided meanwhile, so the
 mirror's round trips never delay a decision.
 
@@ -38,12 +38,12 @@ import faust
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
+from actions.core import ActCore
 from schemas.codec import Codec, DecodeError
 from schemas.kafka_config import BrokerSettings, client_options
 from schemas.records import ActionResult, Incident, Record
 from schemas.topics import Topics
 from streams import kafka_io
-from streams.action_consumer import ActCore
 from streams.settings import ActConfig
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ import msgspec
 
 from detectors.pipeline import DetectionPipeline
 from schemas.codec import AnyRecord
-from streams.watermark import PartitionTime
+from streams.worker.watermark import PartitionTime
 
 FORMAT = 3
 

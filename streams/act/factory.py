@@ -3,7 +3,7 @@
 `create_action_app(settings, ...)` is what `trainguard act`, the benchmarks
 and the integration tests call; the CLI only adds printing and the Lease.
 Order matters and is kept here in one place: the state topic is read and
-reconciled into the journal (`streams.state_mirror`) *before* anything is
+reconciled into the journal (`streams.act.state_mirror`) *before* anything is
 loaded from the journal, so a fresh machine starts from what the old `act`
 knew, and the mirror's `wait_durable` is handed to the consume loop (before
 offsets are committed) and to the runner (before a command is sent).
@@ -22,6 +22,7 @@ from typing import Any
 import faust
 
 from actions.checkpoints import CheckpointRegistry
+from actions.core import ActCore, OnDecision
 from actions.engine import DecisionEngine
 from actions.ettr import EttrAccount
 from actions.executors import registry
@@ -37,21 +38,22 @@ from schemas.codec import Codec
 from schemas.records import ActionCommand, ActionResult, AuditEntry, Record
 from schemas.topics import Topics, key_for
 from streams import kafka_io
-from streams.act_app import create_act_app
-from streams.action_consumer import ActCore, OnDecision
-from streams.command_bus import KafkaCommandBus
+from streams.act.command_bus import KafkaCommandBus
+from streams.act.loop import create_act_app
+from streams.act.metrics import ActionMetrics
+from streams.act.state_mirror import StateMirror
 from streams.settings import ActConfig
-from streams.state_mirror import StateMirror
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class ActionApp:
-    """A built `act`: the Faust app, its core, the state mirror (None: journal only) and `close`."""
+    """A built `act`: the Faust app, its core, its metrics, the state mirror (None: journal only) and `close`."""
 
     app: faust.App
     core: ActCore
+    metrics: ActionMetrics
     mirror: StateMirror | None
     close: Callable[[], None]
 
@@ -66,14 +68,16 @@ def create_action_app(settings: ActConfig, *, executors: list[str] | None = None
     """
     cfg = settings.actions
     dry = cfg.dry_run if dry_run is None else dry_run
+    metrics = ActionMetrics()
     core, mirror, close = build_core(settings, executors=executors or cfg.enabled_executors(), dry_run=dry,
-                                     on_decision=on_decision, on_fenced=on_fenced or _exit_fenced)
+                                     on_decision=on_decision, on_fenced=on_fenced or _exit_fenced, metrics=metrics)
     app = create_act_app(settings, core, max_incidents=max_incidents, timeout_s=timeout_s)
-    return ActionApp(app=app, core=core, mirror=mirror, close=close)
+    return ActionApp(app=app, core=core, metrics=metrics, mirror=mirror, close=close)
 
 
 def build_core(settings: ActConfig, *, executors: list[str], dry_run: bool, on_decision: OnDecision | None = None,
-               on_fenced: Callable[[], None] = lambda: None) -> tuple[ActCore, StateMirror | None, Callable[[], None]]:
+               on_fenced: Callable[[], None] = lambda: None, metrics: ActionMetrics | None = None,
+               ) -> tuple[ActCore, StateMirror | None, Callable[[], None]]:
     """The `ActCore` behind the app, its state mirror, and a function that waits for running plans
     and releases the journal and the Kafka clients."""
     cfg, sec = settings.actions, settings.security
@@ -114,7 +118,7 @@ def build_core(settings: ActConfig, *, executors: list[str], dry_run: bool, on_d
     runner = PlanRunner(journal=journal, rails=_rails(cfg), executors=routes, sink=publish, clock=time.time,
                         topologies=engine.topologies, reported_attempt=ettr.attempt, max_jobs=cfg.max_jobs,
                         durable=durable, fanout=FanOut(cfg.selfcheck, clock=time.time))
-    core = ActCore(engine=engine, runner=runner, knowledge=knowledge, publish=publish, ettr=ettr,
+    core = ActCore(engine=engine, runner=runner, knowledge=knowledge, publish=publish, ettr=ettr, metrics=metrics,
                    on_decision=on_decision, plan_workers=cfg.plan_workers, max_jobs=cfg.max_jobs,
                    operator_max_age_s=cfg.operator_max_age_s, node_keys=node_keys, worker_keys=sec.ring("worker"),
                    durable=durable)

@@ -9,10 +9,10 @@ from detectors.pipeline import DetectionPipeline
 from schemas.codec import decode, encode
 from schemas.records import NodeGpuSample, TrainingStep
 from schemas.topics import Topics
-from streams.fastpath import BatchLoop
-from streams.metrics import WorkerMetrics
-from streams.tasks import NodeJobTable, TaskFactory, partition_of
-from streams.watermark import EventClock
+from streams.worker.batch_loop import BatchLoop
+from streams.worker.metrics import WorkerMetrics
+from streams.worker.tasks import NodeJobTable, TaskFactory, partition_of
+from streams.worker.watermark import EventClock
 from trainguard.settings import BrokerSettings
 
 TOPICS = Topics("u.")

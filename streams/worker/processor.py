@@ -32,7 +32,7 @@ from schemas.codec import Codec, DecodeError
 from schemas.records import Anomaly, DeadLetter, Incident, Record
 from schemas.signing import Signer
 from schemas.topics import INTERNAL_RECORDS, NODE_TOPICS, TOPIC_RECORDS, Topics, key_for, tag_of
-from streams.watermark import EventClock
+from streams.worker.watermark import EventClock
 
 _ALLOWED = {**TOPIC_RECORDS, **INTERNAL_RECORDS}
 

@@ -1,4 +1,4 @@
-"""A worker's snapshot (streams.state) restores every detector exactly: the same anomalies and incidents follow.
+"""A worker's snapshot (streams.worker.snapshot) restores every detector exactly: the same anomalies and incidents follow.
 
 The pipeline runs the default detectors (built-ins) plus the sample plug-in, on
 the synthetic fleet with every fault kind; the snapshot is taken mid-stream with
@@ -17,8 +17,8 @@ from detectors.registry import build
 from detectors.settings import DetectorSettings
 from detectors.synthetic import mixed_stream
 from schemas.records import Record, TrainingStep
-from streams.state import Snapshot, dump, load
-from streams.watermark import PartitionTime
+from streams.worker.snapshot import Snapshot, dump, load
+from streams.worker.watermark import PartitionTime
 
 
 def _pipeline() -> DetectionPipeline:

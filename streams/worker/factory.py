@@ -1,6 +1,6 @@
 """The Faust worker, built by a factory from settings (no module-level app).
 
-One way in: the input side is the batch loop (`streams.fastpath`), one
+One way in: the input side is the batch loop (`streams.worker.batch_loop`), one
 aiokafka consumer handing whole fetches to one `MessageProcessor`, with
 guarded event time and exactly-once commits. Faust's per-message agents
 measured 14x slower and are gone. The Faust App hosts what it is good at:
@@ -19,11 +19,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from detectors.pipeline import DetectionPipeline
 from schemas.kafka_config import client_options
 from schemas.topics import Topics
-from streams.fastpath import BatchLoop
-from streams.metrics import WorkerMetrics, detector_evictions, detector_state_sizes
 from streams.settings import WorkerConfig
-from streams.tasks import NodeJobTable, TaskFactory
-from streams.watermark import EventClock
+from streams.worker.batch_loop import BatchLoop
+from streams.worker.metrics import WorkerMetrics, detector_evictions, detector_state_sizes
+from streams.worker.tasks import NodeJobTable, TaskFactory
+from streams.worker.watermark import EventClock
 
 
 def create_worker_app(settings: WorkerConfig) -> faust.App:

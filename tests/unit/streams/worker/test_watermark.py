@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.watermark import EventClock
+from streams.worker.watermark import EventClock
 
 NOW = [0.0]
 

@@ -16,7 +16,7 @@ touches prometheus-client's global default registry, so two workers (or two
 tests) in one process never collide. The HTTP endpoint starts only when asked
 (`serve`, used when `settings.metrics.port` > 0).
 
->>> from streams.processor import ProcessorStats
+>>> from streams.worker.processor import ProcessorStats
 >>> stats = ProcessorStats(processed=3, by_topic={"gpu": 3})
 >>> m = WorkerMetrics(stats=stats)
 >>> m.value("trainguard_worker_events_total", topic="gpu")
@@ -35,7 +35,7 @@ from prometheus_client.registry import Collector
 from schemas.codec import Codec, DecodeError
 from schemas.records import ANOMALY_KINDS
 from schemas.topics import Topics
-from streams.processor import OutMessage, ProcessorStats, RawMessage
+from streams.worker.processor import OutMessage, ProcessorStats, RawMessage
 
 BATCH_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
