@@ -33,11 +33,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from collectors.agent import Agent
-    from collectors.command_feed import BackgroundFeed, KafkaCommandFeed
-    from collectors.publisher import Publisher
+    from collectors.agent.node_agent import Agent
     from collectors.topology import node_name
-    from schemas.kafka_config import broker_environment, client_options
+    from schemas.kafka_config import broker_environment
     from schemas.topics import Topics
 
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -47,37 +45,24 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING if args.verbose else logging.CRITICAL)
-    cs, agent_cfg = settings.collectors, settings.collectors.agent
-    node = args.node or cs.node or node_name()
-    # No default key: without its own key and act's public keys the agent refuses to start (exit 2).
-    signer = settings.security.signer("node", node=node)
-    command_keys = settings.security.required_ring("act")
-    kafka = client_options(settings.broker, "kafka-python")
-    os.environ.update(broker_environment(settings.broker))  # the training hook publishes to the same cluster
-    topics = Topics(settings.topics.prefix)
+    node = args.node or settings.collectors.node or node_name()
+    # Keys first (no default key: the agent refuses to start, exit 2), then the environment the
+    # training inherits: its hook publishes to the same cluster.
+    settings.security.signer("node", node=node)
+    settings.security.required_ring("act")
+    os.environ.update(broker_environment(settings.broker))
     # In the background: the training must start at once even if Kafka is slow or down.
-    threading.Thread(target=_ensure_topics, args=(settings, topics.all()), daemon=True).start()
-    publisher = Publisher(servers=settings.broker.servers, topics=topics,
-                          spool_dir=cs.spool_dir / f"agent-{args.job}-{node}",
-                          spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024), client_id=f"trainguard-agent-{node}",
-                          sync=cs.spool_sync, signer=signer, client_options=kafka)
-    feed = BackgroundFeed(KafkaCommandFeed(servers=settings.broker.servers, topic=topics.name("actions"),
-                                           group_id=f"trainguard-agent-{args.job}-{node}", client_options=kafka))
-    agent = Agent(job=args.job, node=node, argv=argv, sink=publisher,
-                  command_keys=command_keys, max_clock_skew_s=settings.security.max_clock_skew_s,
-                  state_dir=agent_cfg.state_dir, grace_s=agent_cfg.grace_s,
-                  selfcheck_command=agent_cfg.selfcheck_command, selfcheck_timeout_s=agent_cfg.selfcheck_timeout_s,
-                  stack_timeout_s=agent_cfg.stack_timeout_s, hang_suspect_s=agent_cfg.hang_suspect_s,
-                  hang_stack_every_s=agent_cfg.hang_stack_every_s, tee=_tee,
-                  env=dict(os.environ))
+    threading.Thread(target=_ensure_topics, args=(settings, Topics(settings.topics.prefix).all()),
+                     daemon=True).start()
+    agent = Agent.from_settings(settings, job=args.job, node=node, argv=argv, tee=_tee, env=dict(os.environ))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    linger_s = args.linger if args.linger is not None else settings.collectors.agent.linger_s
     try:
-        return agent.serve(feed, linger_s=args.linger if args.linger is not None else agent_cfg.linger_s, stop=stop)
+        return agent.serve(linger_s=linger_s, stop=stop)
     finally:
-        feed.close()
-        publisher.close(timeout_s=10)
+        agent.close()
 
 
 def _ensure_topics(settings: Settings, names: list[str]) -> None:

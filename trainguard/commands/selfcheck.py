@@ -48,7 +48,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     if "node_rank" in params:
         return _run_machine(action, params)
-    from actions.selfcheck.hierarchy import run_hierarchy, run_replay
+    from collectors.agent.selfcheck.hierarchy import run_hierarchy, run_replay
 
     timeout_s = float(params.get("timeout_s", args.timeout))
     if action == "replay_regroup":
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def _run_machine(action: str, params: dict[str, Any]) -> int:
     """This machine's part of a fanned-out check; act aggregates the reports."""
-    from actions.selfcheck.machine import MachineSpec, machine_passed, run_machine
+    from collectors.agent.selfcheck.machine import MachineSpec, machine_passed, run_machine
 
     try:
         spec = MachineSpec.from_params(params)

@@ -23,7 +23,7 @@ from kafka.errors import KafkaError, TopicAuthorizationFailedError
 from secure_broker import SecureBroker
 
 from actions.journal import Journal
-from collectors.command_feed import KafkaCommandFeed
+from collectors.agent.command_feed import KafkaCommandFeed
 from schemas.codec import Codec
 from schemas.kafka_config import BrokerSettings, client_options
 from schemas.records import ActionCommand, ActionResult, Heartbeat, Incident

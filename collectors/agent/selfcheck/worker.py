@@ -1,15 +1,15 @@
-"""One rank of a self-check world: `python -m actions.selfcheck.worker SPEC RANK`.
+"""One rank of a self-check world: `python -m collectors.agent.selfcheck.worker SPEC RANK`.
 
 Every rank runs the requested stages in order and writes one JSON file per
 stage (`<out>/<stage>-<rank>.json`) as soon as it finishes it; its machine's
-runner (`actions.selfcheck.machine`) collects them. Results travel by file,
+runner (`collectors.agent.selfcheck.machine`) collects them. Results travel by file,
 not by collective, so a hung peer can only delay a verdict (until its
 group's timeout), never swallow it. The world spans machines: global rank 0
 hosts the TCP store at the rendezvous the command names, and every rank
 waits there (up to `rendezvous_s`) until all have arrived, because agents
 receive their commands at slightly different times. After each early
 stage rank 0 says whether a machine was named and everyone stops
-(`actions.selfcheck.referee`).
+(`collectors.agent.selfcheck.referee`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from actions.selfcheck.referee import EARLY_STOP_STAGES, go_on
-from actions.selfcheck.reference import digest, faults_for, full_gradient, reference_step, shard_gradient
-from actions.selfcheck.verdict import neighbour_pairs
+from collectors.agent.selfcheck.referee import EARLY_STOP_STAGES, go_on
+from collectors.agent.selfcheck.reference import digest, faults_for, full_gradient, reference_step, shard_gradient
+from schemas.selfcheck import neighbour_pairs
 
 
 def main(spec_path: str, rank_arg: str) -> int:

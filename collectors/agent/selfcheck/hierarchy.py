@@ -2,12 +2,12 @@
 
 In production a self-check fans out: act sends each machine's agent its own
 command (`actions.selfcheck.fanout`) and each runs only its own ranks
-(`actions.selfcheck.machine`). This module runs all the machines' parts
+(`collectors.agent.selfcheck.machine`). This module runs all the machines' parts
 side by side on one host instead, for the cases where there is only one
 host: `trainguard selfcheck --machines NODE` in Slurm's health check (one
 machine), an operator trying the check by hand, and the tests and the
 benchmark's baseline. The verdict is the same pure aggregation
-(`actions.selfcheck.verdict`) act applies to the fanned-out reports.
+(`schemas.selfcheck`) act applies to the fanned-out reports.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from actions.selfcheck.machine import STARTUP_GRACE_S, MachineSpec, run_machine
-from actions.selfcheck.verdict import DEFAULT_CHECKS, SelfCheckReport, aggregate, aggregate_replay
+from collectors.agent.selfcheck.machine import STARTUP_GRACE_S, MachineSpec, run_machine
+from schemas.selfcheck import DEFAULT_CHECKS, SelfCheckReport, aggregate, aggregate_replay
 
 
 def run_hierarchy(machines: list[str], *, checks: list[str] | None = None, ppn: int = 2, timeout_s: float = 10.0,

@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from list_sink import ListSink
 
-from collectors.agent import Agent
+from collectors.agent.node_agent import Agent
 from schemas.codec import Codec
 from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent
 from schemas.signing import KeyRing, Received, Signer
@@ -197,3 +197,32 @@ def test_restart_adopts_the_job_generation_from_the_command(make_agent) -> None:
     agent.handle(cmd("g2", "restart_from_checkpoint", params={"step": 40, "path": "/c/40"}))
     assert agent.state.attempt == 7  # without a generation: its own count goes on
     agent.proc.stop(grace_s=1.0)
+
+
+def test_from_settings_builds_the_agent_trainguard_run_starts(tmp_path: Path, keys) -> None:  # type: ignore[no-untyped-def]
+    """Its sink is a spooling Publisher signing as this node, its feed reads the actions topic, its state
+    sits in collectors.agent.state_dir; nothing needs a broker (nothing listens on the port here)."""
+    from collectors.agent.command_feed import BackgroundFeed
+    from collectors.publisher import Publisher
+    from trainguard.settings import load_settings
+
+    keys.node("n1")
+    settings = load_settings(None, broker={"port": 1}, security=keys.security(),
+                             collectors={"spool_dir": str(tmp_path / "spool"),
+                                         "agent": {"state_dir": str(tmp_path / "state"), "grace_s": 3.0}})
+    agent = Agent.from_settings(settings, job="j", node="n1", argv=["true"], tee=lambda line, stream: None)
+    try:
+        assert isinstance(agent.sink, Publisher) and isinstance(agent.feed, BackgroundFeed)
+        assert agent.grace_s == 3.0 and (tmp_path / "state" / "j-n1.json").is_file()
+    finally:
+        agent.close()
+
+
+def test_from_settings_refuses_without_this_nodes_key(tmp_path: Path, keys) -> None:  # type: ignore[no-untyped-def]
+    from schemas.signing import KeyFileError
+    from trainguard.settings import load_settings
+
+    settings = load_settings(None, security=keys.security(), collectors={"agent": {"state_dir": str(tmp_path)}})
+    with pytest.raises(KeyFileError, match="no-such-node"):
+        Agent.from_settings(settings, job="j", node="no-such-node", argv=["true"], tee=lambda line, stream: None)
+    assert not list(tmp_path.iterdir())  # refused before any state was written

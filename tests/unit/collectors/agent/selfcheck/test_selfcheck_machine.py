@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from actions.selfcheck.machine import MachineSpec, machine_passed, run_machine
+from collectors.agent.selfcheck.machine import MachineSpec, machine_passed, run_machine
 
 
 def params(**over: Any) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The on-node agent (ByteRobust's in-pod agent): supervise training, obey signed commands.
 
-`trainguard run -- CMD` builds one `Agent`. It starts CMD, tees its output
+`trainguard run -- CMD` builds one with `Agent.from_settings`. It starts CMD, tees its output
 and turns interesting lines into `LogEvent`s, publishes its exit code, and
 carries out the process-level `ActionCommand`s addressed to its job (and
 node, when the command names nodes):
@@ -42,12 +42,13 @@ from typing import Any, Protocol
 
 import msgspec
 
-from collectors.agent_state import AgentState, StateFile
-from collectors.hang_watch import HangWatch, progress_rank, read_progress
+from collectors.agent.hang_watch import HangWatch, progress_rank, read_progress
+from collectors.agent.state import AgentState, StateFile
+from collectors.agent.supervisor import ProcessSupervisor, env_of
 from collectors.logs import LogParser
+from collectors.settings import AgentConfig
 from collectors.sink import RecordSink
 from collectors.stacks import StackSampler
-from collectors.supervisor import ProcessSupervisor, env_of
 from schemas.actions import AGENT_VERBS
 from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, StackSample
 from schemas.signing import KeyRing, Received, command_problem
@@ -57,7 +58,7 @@ log = logging.getLogger(__name__)
 
 
 class CommandFeed(Protocol):
-    """Where commands come from (`collectors.command_feed.KafkaCommandFeed`)."""
+    """Where commands come from (`collectors.agent.command_feed.KafkaCommandFeed`)."""
 
     def poll(self, timeout_s: float) -> list[Received]: ...
 
@@ -98,6 +99,51 @@ class Agent:
         self.proc = ProcessSupervisor(argv=argv, on_line=self._on_line)
         self.exit_code: int | None = None
         self.stopped_by_command = False
+        self.feed: CommandFeed | None = None  # the feed `from_settings` built (serve's default)
+        self._closers: list[Callable[[], object]] = []
+
+    @classmethod
+    def from_settings(cls, settings: AgentConfig, *, job: str, node: str, argv: Sequence[str],
+                      tee: Callable[[str, str], None], env: dict[str, str] | None = None) -> Agent:
+        """The agent `trainguard run` starts, with its Kafka edges; `close()` releases them.
+
+        Its sink is a spooling `Publisher` signing with this node's key (the training
+        runs even while Kafka is down); its feed reads the actions topic in its own
+        consumer group. No default key: without this node's key and act's public keys
+        this raises (`trainguard run` stops with one line, exit code 2).
+        """
+        from collectors.agent.command_feed import BackgroundFeed, KafkaCommandFeed
+        from collectors.publisher import Publisher
+        from schemas.kafka_config import client_options
+        from schemas.topics import Topics
+
+        cs, agent_cfg = settings.collectors, settings.collectors.agent
+        signer = settings.security.signer("node", node=node)
+        command_keys = settings.security.required_ring("act")
+        kafka = client_options(settings.broker, "kafka-python")
+        topics = Topics(settings.topics.prefix)
+        publisher = Publisher(servers=settings.broker.servers, topics=topics,
+                              spool_dir=cs.spool_dir / f"agent-{job}-{node}",
+                              spool_max_bytes=int(cs.spool_max_mb * 1024 * 1024), client_id=f"trainguard-agent-{node}",
+                              sync=cs.spool_sync, signer=signer, client_options=kafka)
+        feed = BackgroundFeed(KafkaCommandFeed(servers=settings.broker.servers, topic=topics.name("actions"),
+                                               group_id=f"trainguard-agent-{job}-{node}", client_options=kafka))
+        agent = cls(job=job, node=node, argv=argv, sink=publisher,
+                    command_keys=command_keys, max_clock_skew_s=settings.security.max_clock_skew_s,
+                    state_dir=agent_cfg.state_dir, grace_s=agent_cfg.grace_s,
+                    selfcheck_command=agent_cfg.selfcheck_command, selfcheck_timeout_s=agent_cfg.selfcheck_timeout_s,
+                    stack_timeout_s=agent_cfg.stack_timeout_s, hang_suspect_s=agent_cfg.hang_suspect_s,
+                    hang_stack_every_s=agent_cfg.hang_stack_every_s, tee=tee,
+                    env=env)
+        agent.feed = feed
+        agent._closers = [feed.close, lambda: publisher.close(timeout_s=10)]
+        return agent
+
+    def close(self) -> None:
+        """Release what `from_settings` built: the command feed, then the publisher (it flushes its spool)."""
+        for close in self._closers:
+            close()
+        self._closers = []
 
     # ------------------------------------------------------------ process
 
@@ -137,13 +183,17 @@ class Agent:
         version = self.state.code_version
         return msgspec.structs.replace(event, code_version=version) if version else event
 
-    def serve(self, feed: CommandFeed, *, linger_s: float, stop: threading.Event) -> int:
-        """Start the child and obey commands until it is done; returns the agent's exit code.
+    def serve(self, feed: CommandFeed | None = None, *, linger_s: float, stop: threading.Event) -> int:
+        """Start the child and obey commands from `feed` (default: the one `from_settings` built) until it is
+        done; returns the agent's exit code.
 
         A child that exits 0 ends the agent at once (training finished). After a
         failure or a `stop` command the agent lingers `linger_s` for a restart
         command, then exits with the child's code (0 after a commanded stop).
         """
+        feed = feed or self.feed
+        if feed is None:
+            raise ValueError("serve needs a command feed (none given, and the agent was not built from settings)")
         self.start()
         linger_until: float | None = None
         while not stop.is_set():

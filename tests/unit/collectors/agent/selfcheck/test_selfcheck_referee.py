@@ -12,7 +12,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from actions.selfcheck.referee import go_on
+from collectors.agent.selfcheck.referee import go_on
 
 MACHINES = ["a", "b", "c"]
 

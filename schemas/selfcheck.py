@@ -1,7 +1,7 @@
 """The self-check verdict: pure aggregation of every machine's own report.
 
 A self-check fans out: each machine's agent runs only its own check ranks
-(`actions.selfcheck.machine`) and reports what they saw, per stage. This
+(`collectors.agent.selfcheck.machine`) and reports what they saw, per stage. This
 module combines those per-machine reports into one hierarchical verdict:
 stages are judged in order of cost (every agent answered, every rank met at
 the rendezvous, dcgm, all-to-all within each machine,
@@ -10,7 +10,7 @@ the first stage that names a machine ends the verdict; later stages are
 "skipped" even if the machines ran them, because once a machine is named
 nothing cheaper is left to learn.
 
-No torch, no I/O, no clock: act imports it, and the same reports always
+No torch, no I/O, no clock: act and the nodes import it, and the same reports always
 give the same verdict. A machine that did not answer (`None`) is a
 finding, never a pass: it is named ahead of every stage, because an agent
 that cannot report is the strongest sign of a hung or dead machine.
@@ -71,7 +71,7 @@ def aggregate(machines: list[str], reports: Mapping[str, Mapping[str, Any] | Non
               checks: list[str] | tuple[str, ...] = DEFAULT_CHECKS, ppn: int = 1) -> SelfCheckReport:
     """The hierarchical verdict from each machine's report (`None`: its agent never answered).
 
-    A report is what `actions.selfcheck.machine.run_machine` returns:
+    A report is what `collectors.agent.selfcheck.machine.run_machine` returns:
     `{"machine", "dcgm": {"status"}, "stages": {stage: [rank records]}}`; an
     agent that answered without one (a re-sent command it had already run)
     gives `{"status": "ok"|"failed"}` only: the machines' own pass/fail then

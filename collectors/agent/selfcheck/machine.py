@@ -8,7 +8,7 @@ join the other machines' ranks in one gloo world through the rendezvous the
 command names (global rank 0, on the first machine, hosts the TCP store).
 Ranks write one JSON file per stage; this module waits for its own ranks'
 files, never longer than the check's deadline, and returns them all. It
-judges nothing across machines: that is `actions.selfcheck.verdict`'s job,
+judges nothing across machines: that is `schemas.selfcheck`'s job,
 in act, over every machine's report.
 
 No torch here: only the worker processes import it.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actions.selfcheck.verdict import DIST_STAGES
+from schemas.selfcheck import DIST_STAGES
 
 STARTUP_GRACE_S = 90.0  # importing torch in several processes on a busy host is slow
 MARGIN_S = 2.0  # report this long before the deadline, so the answer reaches act in time
@@ -126,7 +126,7 @@ def _launch(spec: MachineSpec, stages: list[str], out: Path,
     procs = []
     for rank in spec.local_ranks:
         with (out / f"rank-{rank}.log").open("wb") as log:  # the child keeps its own copy of the descriptor
-            procs.append(subprocess.Popen([sys.executable, "-m", "actions.selfcheck.worker",
+            procs.append(subprocess.Popen([sys.executable, "-m", "collectors.agent.selfcheck.worker",
                                            str(out / "spec.json"), str(rank)],
                                           stdout=log, stderr=subprocess.STDOUT, env=env))
     return procs
