@@ -13,7 +13,7 @@ import argparse
 import functools
 from collections.abc import Callable
 
-from trainguard.errors import UsageError
+from trainguard.cli.errors import UsageError
 from trainguard.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]

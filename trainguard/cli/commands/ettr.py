@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from schemas.records import Record
-from trainguard.errors import UsageError
+from trainguard.cli.errors import UsageError
 from trainguard.settings import Settings
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from trainguard.commands.needs_lab import needs_lab
+from trainguard.cli.commands.needs_lab import needs_lab
 from trainguard.settings import Settings
 
 

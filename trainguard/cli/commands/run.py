@@ -34,9 +34,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from collectors.agent.node_agent import Agent
-    from collectors.topology import node_name
     from schemas.kafka_config import broker_environment
     from schemas.topics import Topics
+    from trainguard.topology import node_name
 
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not args.job or not argv:

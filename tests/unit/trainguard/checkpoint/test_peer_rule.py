@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.topology import coordinates
 from trainguard.checkpoint.peer import backup_source, choose_peer
+from trainguard.topology import coordinates
 
 
 @pytest.mark.parametrize(("world", "tp", "pp"), [(8, 2, 2), (16, 4, 2), (24, 2, 3), (16, 8, 1), (16, 1, 4)])

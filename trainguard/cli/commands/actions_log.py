@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from trainguard.errors import UsageError
+from trainguard.cli.errors import UsageError
 from trainguard.settings import Settings
 
 

@@ -7,8 +7,8 @@ from list_sink import ListSink
 
 from collectors.metrics import CollectorMetrics
 from collectors.node import NodeLoop, Scheduled
-from collectors.topology import coordinates, placement_from_env
 from schemas.records import NodeGpuSample, Record
+from trainguard.topology import coordinates, placement_from_env
 
 
 def test_torchrun_beats_slurm_and_kubernetes_names_the_node() -> None:

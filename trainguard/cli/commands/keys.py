@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainguard.errors import UsageError
+from trainguard.cli.errors import UsageError
 from trainguard.settings import Settings
 
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def print_acls(args: argparse.Namespace, settings: Settings) -> int:
-    from trainguard.kafka_acls import ROLE_DOC, kafka_acls_command, recommended
+    from trainguard.cli.kafka_acls import ROLE_DOC, kafka_acls_command, recommended
 
     principals = {role: f"User:trainguard-{role}" for role in ROLE_DOC}
     for item in args.principal:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from trainguard.commands.needs_lab import needs_lab
+from trainguard.cli.commands.needs_lab import needs_lab
 from trainguard.settings import Settings
 
 PROGRESS_MIN_BYTES = 20 << 20  # show a progress bar for recordings above 20 MiB

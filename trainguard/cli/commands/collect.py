@@ -37,9 +37,9 @@ def build_loop(args: argparse.Namespace, settings: Settings) -> tuple[Any, Any]:
     from collectors.nvml import GpuCollector
     from collectors.publisher import Publisher
     from collectors.rdma import RdmaCollector
-    from collectors.topology import node_name
     from schemas.kafka_config import client_options
     from schemas.topics import Topics
+    from trainguard.topology import node_name
 
     cs = settings.collectors
     node = args.node or cs.node or node_name()

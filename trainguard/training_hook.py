@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from collectors.sink import ClosingSink
-from collectors.topology import Placement, coordinates, placement
 from schemas.records import CheckpointEvent, Heartbeat, JobTopology, Phase, PhaseChange, Record, TrainingStep
 from schemas.topics import Topics
+from trainguard.topology import Placement, coordinates, placement
 
 # Dense bf16 peak FLOP/s by GPU model name fragment (vendor data sheets).
 PEAK_FLOPS: dict[str, float] = {"B200": 2.25e15, "H200": 989e12, "H100": 989e12, "H800": 989e12,

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from schemas.records import Decision, Incident
-from trainguard.errors import UsageError
+from trainguard.cli.errors import UsageError
 from trainguard.settings import Settings
 
 

@@ -8,10 +8,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from trainguard.commands.needs_lab import needs_lab
+from trainguard.cli.commands.needs_lab import needs_lab
 from trainguard.settings import Settings
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "infinitehbd"
+DEFAULT_TRACE = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "infinitehbd"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -9,9 +9,9 @@ import time
 import torch
 from list_sink import ListSink
 
-from collectors.training_hook import TrainingMonitor, param_checksum
 from schemas.codec import Codec
 from schemas.records import CheckpointEvent, Heartbeat, JobTopology, PhaseChange, TrainingStep
+from trainguard.training_hook import TrainingMonitor, param_checksum
 
 ENV = {"RANK": "2", "WORLD_SIZE": "4", "NODE_NAME": "gpu-3", "TRAINGUARD_ATTEMPT": "2",
        "TRAINGUARD_CODE_VERSION": "v7"}

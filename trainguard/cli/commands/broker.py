@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from trainguard.commands.needs_lab import needs_lab
+from trainguard.cli.commands.needs_lab import needs_lab
 from trainguard.settings import Settings
 
 if TYPE_CHECKING:  # lab is imported only when the command runs (the runtime image has none)

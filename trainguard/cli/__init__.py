@@ -1,6 +1,6 @@
 """The `trainguard` command line.
 
-Each subcommand lives in its own module under `trainguard.commands` and
+Each subcommand lives in its own module under `trainguard.cli.commands` and
 exposes `register(subparsers)`; this module only wires them together, loads
 the configuration once and turns a bad value into one line and exit code 2.
 """
@@ -17,7 +17,7 @@ from schemas.kafka_config import SecretError
 from schemas.signing import KeyFileError
 from streams.admin import BrokerUnreachable
 from trainguard import __version__
-from trainguard.errors import UsageError
+from trainguard.cli.errors import UsageError
 from trainguard.settings import ConfigError, load_settings
 
 COMMANDS: tuple[str, ...] = (
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        module = importlib.import_module(f"trainguard.commands.{name.replace('-', '_')}")
+        module = importlib.import_module(f"trainguard.cli.commands.{name.replace('-', '_')}")
         module.register(sub)
     return parser
 
@@ -84,7 +84,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return int(code or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.commands.needs_lab import needs_lab
-from trainguard.errors import UsageError
+from trainguard.cli.commands.needs_lab import needs_lab
+from trainguard.cli.errors import UsageError
 from trainguard.settings import Settings
 
 HIDE_LAB = """

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from trainguard.commands.needs_lab import needs_lab
-from trainguard.errors import UsageError
+from trainguard.cli.commands.needs_lab import needs_lab
+from trainguard.cli.errors import UsageError
 from trainguard.settings import Settings
 
 
