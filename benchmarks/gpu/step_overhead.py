@@ -98,11 +98,11 @@ def memory_dir(need_bytes: int) -> tuple[Path, str]:
 
 
 def measure(shape: Shape, device: str) -> dict[str, Any]:
-    from collectors.training_hook import TrainingMonitor
     from trainguard.checkpoint.config import CheckpointConfig
     from trainguard.checkpoint.layout import flatten
     from trainguard.checkpoint.manager import CheckpointManager
     from trainguard.checkpoint.state import get_state
+    from trainguard.training_hook import TrainingMonitor
 
     model, opt = build(shape, device)
     tokens = calibrate(model, opt, shape, device)  # also creates Adam's state: the snapshot's final shape

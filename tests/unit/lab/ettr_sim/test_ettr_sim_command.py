@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trainguard.cli import main
-from trainguard.commands.ettr_sim import default_trace
+from trainguard.cli.commands.ettr_sim import default_trace
 
 
 def test_runs_on_the_real_trace_and_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
