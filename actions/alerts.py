@@ -2,7 +2,7 @@
 
 Pure: the Alertmanager alert and Slack message for a record, and a token
 bucket that keeps a flapping fleet from flooding either. The I/O edge
-(Kafka in, HTTP out) is streams/alert_router.py.
+(Kafka in, HTTP out) is streams/alerts/router.py.
 
 Alertmanager: alerts in the shape of its v2 API (`POST /api/v2/alerts`, a
 JSON list), so Alertmanager, or anything that accepts its alerts, routes,

@@ -10,7 +10,7 @@ here too, so a tripped breaker still holds after a restart.
 
 Every row is also an *item* (`actions.state_items`) with a version
 (epoch, seq), kept in `versions`. Each committed transaction hands its
-changed items to a listener (the Kafka mirror, `streams.state_mirror`),
+changed items to a listener (the Kafka mirror, `streams.act.state_mirror`),
 in commit order, so the compacted `act-state` topic holds the same state
 and a fresh machine can rebuild this file from it (`apply`).
 """

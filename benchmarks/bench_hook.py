@@ -43,7 +43,7 @@ class NullSink:
 
 def measure_hook(sink: Any, *, steps: int, model: Any) -> dict[str, float]:
     """Run `steps` sleeping 100 ms steps under a monitor; return per-step costs in seconds."""
-    from collectors.training_hook import TrainingMonitor
+    from trainguard.training_hook import TrainingMonitor
 
     mon = TrainingMonitor(job="bench", model=model, publisher=sink, checksum_every=0, heartbeat_interval_s=1.0,
                           install_stack_signal=False, peak_flops=1e15, env={"NODE_NAME": "bench"})
@@ -66,7 +66,7 @@ def measure_checksum(n_params: int, repeats: int = 3) -> float:
     """Seconds to checksum a model of `n_params` float32 parameters (CPU)."""
     import torch
 
-    from collectors.training_hook import param_checksum
+    from trainguard.training_hook import param_checksum
 
     model = torch.nn.Linear(n_params // 1024, 1024, bias=False)
     times = []

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.kafka_config import BrokerSettings, TopicSettings
+from schemas.keys import SecuritySettings
 
 
 class AgentSettings(BaseModel):
@@ -59,3 +63,19 @@ class CollectorSettings(BaseModel):
     kernel_log_path: Path = Path("/dev/kmsg")
     log_files: list[Path] = Field(default_factory=list, description="training log files to follow")
     agent: AgentSettings = Field(default_factory=AgentSettings)
+
+
+class AgentConfig(Protocol):
+    """The sections the on-node agent reads (`trainguard.settings.Settings` satisfies it)."""
+
+    @property
+    def broker(self) -> BrokerSettings: ...
+
+    @property
+    def topics(self) -> TopicSettings: ...
+
+    @property
+    def collectors(self) -> CollectorSettings: ...
+
+    @property
+    def security(self) -> SecuritySettings: ...

@@ -72,7 +72,7 @@ def check_pickle_round_trip_mid_stream(cls: type[Detector], stream: list[Record]
 
 
 def check_pipeline_snapshot_mid_stream(cls: type[Detector], stream: list[Record]) -> None:
-    """What a worker does (streams.state): pickle the whole pipeline mid-stream, restore it, carry on."""
+    """What a worker does (streams.worker.snapshot): pickle the whole pipeline mid-stream, restore it, carry on."""
 
     def drive(pipeline: DetectionPipeline, records: list[Record]) -> list[bytes]:
         return [msgspec.json.encode(a) for r in records for a in pipeline.process(r)[0]]

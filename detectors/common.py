@@ -7,7 +7,7 @@
   detector's state stays bounded on an endless stream of new jobs or nodes.
 * `finding()` builds an `Anomaly` with a deterministic id.
 * `Snapshottable` is how detector state pickles: the worker snapshots
-  every task's pipeline on its hot loop (streams.state).
+  every task's pipeline on its hot loop (streams.worker.snapshot).
 
 Everything here is pure and picklable.
 """

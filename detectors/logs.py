@@ -56,7 +56,7 @@ USER = re.compile(
 )
 OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
 QUIET_LEVELS = frozenset({"debug", "info", "notice", "warn", "warning"})
-SILENT_STARTUP = "before its first step, saying nothing"  # collectors.error_file words the exit event so
+SILENT_STARTUP = "before its first step, saying nothing"  # collectors.agent.error_file words the exit event so
 
 
 def classify(event: LogEvent) -> tuple[str, str]:

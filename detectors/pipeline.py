@@ -12,7 +12,7 @@ the hung job itself sends nothing.
 Offline (backtest) the file is in event-time order, so the newest record
 is the time. Live, records of several partitions interleave and one may be
 far ahead of another; the worker then sets `time_limit` to its guarded
-watermark (streams.watermark) so that no record moves time past what every
+watermark (streams.worker.watermark) so that no record moves time past what every
 partition has reached, and calls `advance` as that watermark moves.
 
 It also joins nodes to jobs. A node agent started by a DaemonSet does not

@@ -28,8 +28,10 @@ def signature(frames: list[str], depth: int = 3) -> tuple[str, ...]:
 
 
 # Threads started by the monitoring itself: trainguard's hook (heartbeat, publisher) and the Kafka
-# client's I/O threads. They are alike on every rank and never explain a stall.
-_OBSERVER_MODULES = ("collectors/training_hook.py", "collectors/publisher.py", "/kafka/", "/aiokafka/")
+# client's I/O threads. They are alike on every rank and never explain a stall. The hook's old home
+# (collectors/) stays listed: stacks recorded by jobs running an earlier layout still say so.
+_OBSERVER_MODULES = ("trainguard/training_hook.py", "collectors/training_hook.py", "collectors/publisher.py",
+                     "/kafka/", "/aiokafka/")
 
 
 def is_background_thread(frames: list[str]) -> bool:
@@ -46,11 +48,13 @@ def is_background_thread(frames: list[str]) -> bool:
 def is_observer_thread(frames: list[str]) -> bool:
     """True for a monitoring thread: its entry point (first frame past `threading`) is ours or Kafka's.
 
-    >>> is_observer_thread(["_bootstrap (threading.py:995)", "_beat (/x/collectors/training_hook.py:201)",
+    >>> is_observer_thread(["_bootstrap (threading.py:995)", "_beat (/x/trainguard/training_hook.py:201)",
     ...                     "wait (threading.py:320)"])
     True
-    >>> is_observer_thread(["<module> (train.py:9)", "step (/x/collectors/training_hook.py:130)"])
+    >>> is_observer_thread(["<module> (train.py:9)", "step (/x/trainguard/training_hook.py:130)"])
     False
+    >>> is_observer_thread(["_bootstrap (threading.py:995)", "_beat (/x/collectors/training_hook.py:201)"])
+    True
     """
     for frame in frames:
         if "threading.py" in frame:

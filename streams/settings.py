@@ -19,7 +19,7 @@ from schemas.keys import SecuritySettings
 
 
 class WorkerSettings(BaseModel):
-    """The stream worker (streams.worker_factory): batch loop, event time, durable state."""
+    """The stream worker (streams.worker.factory): batch loop, event time, durable state."""
 
     model_config = ConfigDict(extra="forbid")
 

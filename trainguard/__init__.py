@@ -1,8 +1,11 @@
 """trainguard: keep large GPU training jobs productive.
 
-The command line lives in `trainguard.cli`. The training hook is exposed
-lazily as `trainguard.TrainingMonitor`, so importing this package has no
-side effects and does not import torch or Kafka.
+`import trainguard` is what a training job imports: the training hook
+(`trainguard.TrainingMonitor`, lazily, so importing this package has no
+side effects and does not import torch or Kafka), where a process sits in
+the job (`trainguard.topology`) and the checkpoint library
+(`trainguard.checkpoint`). The command line lives in its own room,
+`trainguard.cli`; the settings tree in `trainguard.settings`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     if name in {"TrainingMonitor", "monitor"}:
-        from collectors import training_hook
+        from trainguard import training_hook
 
         return getattr(training_hook, name)
     raise AttributeError(f"module 'trainguard' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """The local executor: commands go to the `trainguard run` node agents.
 
 It touches no process: it hands the command to a `CommandBus` (Kafka in
-production, see `streams.command_bus`, which signs the exact bytes it sends)
+production, see `streams.act.command_bus`, which signs the exact bytes it sends)
 and waits, up to a timeout, for each target agent's `ActionResult`. An agent
 that does not answer in time counts as a failure, never as a success. It
 handles every action an agent can carry out (`AGENT_EXECUTABLE`): `evict_node`

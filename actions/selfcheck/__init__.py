@@ -1,5 +1,5 @@
-"""Stop-time diagnosis: hierarchical self-checks and the SDC replay, in torch.
+"""Stop-time self-check, act's side: the fan-out of one check over the machines' agents.
 
-Written against `torch.distributed` with the gloo backend, so the same code
-runs on CPUs in the tests and, with NCCL swapped in, on GPU machines.
+The torch programs each machine runs are `collectors.agent.selfcheck`; the
+verdict both sides apply is `schemas.selfcheck`.
 """

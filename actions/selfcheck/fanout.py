@@ -12,7 +12,7 @@ Instead the plan runner hands the step to `FanOut.run`, which
    machine's node rank, the stages and a wall-clock deadline;
 2. sends them all at once through the node executor (the command bus signs
    each one like every other command), each agent running only its own
-   ranks (`actions.selfcheck.machine`), cross-machine stages meeting over
+   ranks (`collectors.agent.selfcheck.machine`), cross-machine stages meeting over
    TCP in one gloo world;
 3. collects each machine's signed `ActionResult` and combines the reports
    with the pure `verdict.aggregate` (or `aggregate_replay`). An agent that
@@ -33,8 +33,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from actions.selfcheck.verdict import DEFAULT_CHECKS, SelfCheckReport, aggregate, aggregate_replay
 from schemas.records import ActionCommand, ActionResult
+from schemas.selfcheck import DEFAULT_CHECKS, SelfCheckReport, aggregate, aggregate_replay
 
 REPORT_KEY = "machine_report"  # where an agent's result carries its machine's report (see merge_results)
 ANSWER_SLACK_S = 5.0  # the deadline comes this long before the executor stops waiting for answers

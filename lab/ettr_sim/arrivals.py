@@ -10,6 +10,8 @@ per-node-day rate does, and clusters of faults on bad nodes survive.
 
 Each arrival then gets a kind drawn from the incident mix (the trace tells
 *when* nodes fail; ByteRobust's statistics tell *what* a training job sees).
+Kinds the job itself causes (code pushes, user errors, NaNs) do not grow with
+the node count past the job size the mix was observed at (`job_borne_keep`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Arrival:
     node: int
     kind: str
     trace_class: str  # the trace fault it was resampled from, for the record
+    ambiguous: bool = False  # its localisation names several suspects, no single machine
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ def draw_arrivals(history: TraceHistory, params: SimParams, rng: random.Random) 
     window_days = min(job.days, history.span_days)
     servers = sorted(history.starts) + [""] * (history.servers - len(history.starts))  # "" = never failed
     kinds, weights = zip(*sorted(params.mix.items()), strict=True)
+    keep_job_borne = job_borne_keep(params)
     out: list[Arrival] = []
     for node in range(job.nodes):
         server = rng.choice(servers)
@@ -81,9 +85,29 @@ def draw_arrivals(history: TraceHistory, params: SimParams, rng: random.Random) 
         for day, trace_class in _window(history.starts.get(server, []), begin, begin + window_days):
             for _ in range(_copies(params.rate_scale, rng)):
                 at_s = (day - begin) * DAY_S * (job.days / window_days)
-                out.append(Arrival(at_s, node, rng.choices(kinds, weights)[0], trace_class))
+                kind = rng.choices(kinds, weights)[0]
+                if keep_job_borne < 1.0 and kind in params.job_borne and rng.random() >= keep_job_borne:
+                    continue
+                out.append(Arrival(at_s, node, kind, trace_class))
     out.sort(key=lambda a: (a.at_s, a.node))
     return out
+
+
+def job_borne_keep(params: SimParams) -> float:
+    """The share of job-borne arrivals kept: they follow the job, not its node count.
+
+    A code push or a NaN does not happen ten times as often because the job
+    has ten times the nodes, so past `reference_nodes` they are thinned back
+    to the reference job's rate (below it they scale down with the job, as
+    the mix was observed on a job of that size).
+
+    >>> job_borne_keep(SimParams(reference_nodes=120))  # a 1,200-node job, ten times the reference
+    0.1
+    >>> job_borne_keep(SimParams(reference_nodes=2400)), job_borne_keep(SimParams(reference_nodes=0))
+    (1.0, 1.0)
+    """
+    ref, nodes = params.reference_nodes, params.job.nodes
+    return ref / nodes if 0 < ref < nodes else 1.0
 
 
 def _window(history: list[tuple[float, str]], begin: float, end: float) -> list[tuple[float, str]]:

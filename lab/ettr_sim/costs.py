@@ -50,12 +50,55 @@ class Loss:
         return {p: getattr(self, f"{p}_s") for p in PHASES}
 
 
+@dataclass(frozen=True)
+class Eviction:
+    """Which nodes one incident takes out of the job under trainguard's policy.
+
+    `healthy` is the over-eviction: nodes of the suspects' parallel group that
+    were not at fault. `diagnose` says a stop-time self-check ran to name the
+    one culprit instead (slower, but it evicts one node).
+    """
+
+    culprits: int = 0
+    healthy: int = 0
+    diagnose: bool = False
+
+    @property
+    def nodes(self) -> int:
+        """Standbys this eviction needs."""
+        return self.culprits + self.healthy
+
+
+def plan_eviction(kind: str, c: TrainguardCosts, *, ambiguous: bool, free: int) -> Eviction:
+    """What actions/engine.py does with an incident whose localisation is (or is not) ambiguous.
+
+    A named culprit is evicted alone. Several suspects: over-evict the group of
+    `over_evict_nodes` (1 = never: diagnose instead); with `pool_aware` a
+    group larger than the `free` standbys is diagnosed rather than requeued.
+
+    >>> c = TrainguardCosts(over_evict_nodes=8)
+    >>> plan_eviction("hang", c, ambiguous=True, free=12)
+    Eviction(culprits=1, healthy=7, diagnose=False)
+    >>> plan_eviction("nan", c, ambiguous=True, free=12).nodes, plan_eviction("hang", c, ambiguous=False, free=0).nodes
+    (0, 1)
+    """
+    if kind not in EVICTING:
+        return Eviction()
+    if not ambiguous:
+        return Eviction(culprits=1)
+    group = c.over_evict_nodes
+    if group <= 1 or (c.pool_aware and 0 < free < group):
+        return Eviction(culprits=1, diagnose=True)
+    return Eviction(culprits=1, healthy=group - 1)
+
+
 def trainguard_loss(kind: str, job: JobParams, c: TrainguardCosts, *, since_ckpt_s: float,
-                    standby: bool) -> Loss:
+                    standby: bool, diagnose: bool = False) -> Loss:
     """The cost of one incident with trainguard.
 
-    `standby` says whether a warm standby node is free; without one an
-    eviction falls back to a full requeue from the remote checkpoint.
+    `standby` says whether enough warm standby nodes are free; without them
+    an eviction falls back to a full requeue from the remote checkpoint.
+    `diagnose` adds the stop-time self-check that names one machine.
 
     >>> trainguard_loss("hang", JobParams(), TrainguardCosts(), since_ckpt_s=600.0, standby=True).as_dict()
     {'detection': 61.0, 'localisation': 30.0, 'failover': 420.0, 'recompute': 600.0}
@@ -67,6 +110,8 @@ def trainguard_loss(kind: str, job: JobParams, c: TrainguardCosts, *, since_ckpt
     localise = c.localisation_s.get(detector, 0.0)
     if kind == "mfu_decline":
         detect, localise = detect * job.mfu_drop, localise * job.mfu_drop
+    if diagnose:  # the job stops for the self-check, whatever the kind
+        localise += c.diagnosis_s
     if kind == "user_error":
         failover = c.hot_update_s  # roll the code back in place
     elif kind == "nan":  # roll back to the step before, same nodes (in-process when measured)

@@ -101,7 +101,30 @@ class TrainguardCosts:
     inprocess_restart_s: float | None = None  # NaN rollback inside the live processes
     checkpoint_overhead: float = 0.0  # step-time slowdown from checkpointing every step (0.01 = 1%)
     standby_pool: int = 12  # warm standby nodes (1% of 1,200)
-    standby_replenish_s: float = 4 * 3600.0  # a used standby is replaced after this long
+    standby_replenish_s: float = 4 * 3600.0  # a standby that replaced a faulty node is replaced after this long
+    # Over-eviction (actions/engine.py): when localisation names several suspects and no single machine,
+    # trainguard evicts the smallest parallel group holding them all instead of diagnosing further.
+    ambiguous_share: dict[str, float] = field(default_factory=lambda: {
+        "hang": 0.5,  # stacks point at a pipeline stage or a pair of ranks, not one machine
+        "mfu_decline": 0.5,  # a straggler's peers in the same collective look as slow as it does
+        "network": 0.2,  # a link error names both of its ends
+    })
+    over_evict_nodes: int = 8  # nodes in that group (a pipeline-parallel group of 8 stages); 1 = never over-evict
+    diagnosis_s: float = 600.0  # instead: a stop-time self-check of the job's machines names the one culprit
+    healthy_return_s: float = 3600.0  # an over-evicted healthy node passes its self-check and rejoins the pool
+    pool_aware: bool = False  # a group larger than the free pool: diagnose (and evict one) rather than requeue
+
+    def validate(self) -> None:
+        """Raise `ParamError` naming the first bad eviction value."""
+        if self.standby_pool < 0:
+            raise ParamError(f"standby_pool: must be >= 0 (got {self.standby_pool})")
+        if self.over_evict_nodes < 1:
+            raise ParamError(f"over_evict_nodes: must be >= 1 (got {self.over_evict_nodes})")
+        bad = {k: v for k, v in self.ambiguous_share.items() if k not in DETECTOR_KIND or not 0 <= v <= 1}
+        if bad:
+            raise ParamError(f"ambiguous_share: kinds must be known and shares in [0, 1] (got {bad})")
+        if min(self.diagnosis_s, self.healthy_return_s, self.standby_replenish_s) < 0:
+            raise ParamError("diagnosis_s, healthy_return_s and standby_replenish_s must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +155,10 @@ class SimParams:
     baseline: BaselineCosts = field(default_factory=BaselineCosts)
     trace_servers: int = 400  # servers in the InfiniteHBD trace, faulty or not
     rate_scale: float = 1.0  # multiply the trace's fault rate
+    # Kinds that come from the job (its code, its people, its numerics), not from its nodes: their rate is
+    # the mix's at `reference_nodes` and does not grow with a larger job. 0 = scale them like hardware.
+    job_borne: frozenset[str] = frozenset({"manual_restart", "user_error", "nan"})
+    reference_nodes: int = 1200  # the job size the mix was observed at (ByteRobust's 9,600-GPU job)
 
     def validate(self) -> SimParams:
         """Raise `ParamError` naming the first bad value; return self."""
@@ -146,6 +173,9 @@ class SimParams:
             raise ParamError(f"mix: fractions must be >= 0 and sum to 1 (sum {sum(self.mix.values()):.4f})")
         if self.rate_scale <= 0 or self.trace_servers < 1:
             raise ParamError("rate_scale and trace_servers must be positive")
+        if self.reference_nodes < 0 or not self.job_borne <= set(DETECTOR_KIND):
+            raise ParamError("reference_nodes must be >= 0 and job_borne must name known kinds")
+        self.trainguard.validate()
         return self
 
 
@@ -174,6 +204,8 @@ def as_dict(params: SimParams) -> dict[str, Any]:
     def plain(obj: Any) -> Any:
         if hasattr(obj, "__dataclass_fields__"):
             return {f.name: plain(getattr(obj, f.name)) for f in fields(obj)}
+        if isinstance(obj, frozenset):
+            return sorted(obj)
         return obj
 
     out: dict[str, Any] = plain(params)

@@ -35,6 +35,10 @@ def _policy_json(p: PolicyResult) -> dict[str, Any]:
         "unproductive_hours_total": round(p.loss.total_s / 3600, 3),
         "checkpoint_overhead_hours": round(p.overhead_s / 3600, 3),
         "requeues_for_lack_of_standby": p.requeues,
+        "evicted_nodes": p.evicted_nodes,
+        "over_evicted_nodes": p.over_evicted_nodes,
+        "over_evicted_per_day": round(p.over_evicted_per_day, 3),
+        "stop_time_diagnoses": p.diagnoses,
         "by_kind_hours": {k: round(v.total_s / 3600, 3) for k, v in sorted(p.by_kind.items())},
     }
 
@@ -49,6 +53,11 @@ def print_report(result: SimResult, console: Console | None = None) -> None:
         f"({result.trace_rate:.5f} faults per node-day)"
     )
     console.print(_summary_table(result))
+    tg, c = result.trainguard, result.params.trainguard
+    console.print(f"trainguard: {tg.evicted_nodes:,} nodes evicted, {tg.over_evicted_nodes:,} of them healthy "
+                  f"({tg.over_evicted_per_day:.2f} per day, groups of {c.over_evict_nodes}), "
+                  f"{tg.diagnoses:,} stop-time diagnoses, {tg.requeues:,} requeues for lack of a standby "
+                  f"(pool {c.standby_pool:,})")
     console.print(_kind_table(result))
 
 

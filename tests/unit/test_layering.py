@@ -2,6 +2,10 @@
 
 schemas <- detectors <- actions <- streams, and schemas <- collectors; only
 the Kafka edges import Kafka clients; detectors never read the wall clock.
+Rooms: the services under `streams/` import nothing from each other (only the
+shared edge at its top), the node agent only schemas and collectors, the
+training library (hook, topology, checkpoints) only schemas, collectors and
+itself, and act's core (`actions/core.py`) no Kafka client and no streams.
 `lab` (offline work: simulators, backtest, demo, local broker) is left out of
 the runtime image, so no runtime package imports it, and `trainguard` (the CLI)
 imports it only inside the commands that need it; lab itself may import anything.
@@ -58,6 +62,22 @@ def _module_level_imports(path: Path) -> set[str]:
 
 def _files(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
+
+
+def _modules(path: Path) -> set[str]:
+    """Full dotted names of what `path` imports (`from a.b import c` gives `a.b` and `a.b.c`)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _within(name: str, room: str) -> bool:
+    return name == room or name.startswith(room + ".")
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
@@ -128,3 +148,51 @@ def test_module_level_imports_see_through_if_and_try_but_not_functions(tmp_path:
                      "except ImportError:\n    import c\nif True:\n    from d.x import y\n"
                      "def f() -> None:\n    import e\n")
     assert _module_level_imports(probe) == {"typing", "b", "c", "d"}
+
+
+SERVICE_ROOMS = ["streams.worker", "streams.act", "streams.console", "streams.alerts"]
+
+
+@pytest.mark.parametrize("room", SERVICE_ROOMS)
+def test_service_rooms_import_nothing_from_each_other(room: str) -> None:
+    files = _files(room.replace(".", "/"))
+    assert files, room
+    others = [r for r in SERVICE_ROOMS if r != room]
+    for path in files:
+        bad = sorted(m for m in _modules(path) for other in others if _within(m, other))
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad} (another service's room)"
+
+
+def test_the_node_agent_imports_only_schemas_and_collectors() -> None:
+    files = _files("collectors/agent")
+    assert len(files) >= 10, files  # the agent and its self-check programs
+    for path in files:
+        bad = (_imports(path) & PROJECT) - {"schemas", "collectors"}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+TRAINING_LIBRARY = ["trainguard.training_hook", "trainguard.topology", "trainguard.checkpoint"]
+
+
+def test_the_training_library_imports_only_schemas_collectors_and_itself() -> None:
+    files = [ROOT / "trainguard" / "__init__.py", ROOT / "trainguard" / "training_hook.py",
+             ROOT / "trainguard" / "topology.py", *_files("trainguard/checkpoint")]
+    for path in files:
+        for name in _modules(path):
+            top = name.split(".")[0]
+            if top not in PROJECT or top in {"schemas", "collectors"}:
+                continue
+            ok = name == "trainguard" or any(_within(name, lib) for lib in TRAINING_LIBRARY)
+            assert ok, f"{path.relative_to(ROOT)} imports {name} (a training job must not pull in the CLI or services)"
+
+
+def test_acts_core_imports_no_kafka_client_and_no_streams() -> None:
+    used = _imports(ROOT / "actions" / "core.py")
+    assert "schemas" in used  # the walk saw its imports
+    assert not used & (KAFKA | {"streams", "prometheus_client"}), sorted(used)
+
+
+def test_modules_names_what_from_imports_bring_in(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("import a.b\nfrom c.d import e\nfrom . import f\n")
+    assert _modules(probe) == {"a.b", "c.d", "c.d.e"}

@@ -5,10 +5,12 @@
         loss = ...; loss.backward(); opt.step()
         ckpt.step(step, loss=loss.item())   # returns at once; copies overlap the next step
 
-The copy into a reusable CPU buffer runs on a background thread (a side CUDA
-stream into pinned memory on a GPU) while the next forward/backward runs; a
+The copy into a reusable CPU buffer runs on a background thread (for state on
+a GPU: a side CUDA stream into slots page-locked in place, `pinned.py`, with
+`pinned` saying whether they are) while the next forward/backward runs; a
 pre-hook on the optimizer makes `opt.step()` wait for it, because that is the
-first moment the parameters change. Checksums, the peer backup, disk and
+first moment the parameters change. `stats` splits the time the training
+thread spends on it into queuing the copy and waiting for it. Checksums, the peer backup, disk and
 durable copies run on a second thread from the last complete buffer and are
 skipped, never queued, when they fall behind: the step never waits on the
 network. A step whose loss or gradient norm is not finite is never
@@ -27,8 +29,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from schemas.records import CheckpointEvent
+from trainguard.checkpoint import pinned
 from trainguard.checkpoint.config import CheckpointConfig
-from trainguard.checkpoint.layout import Layout, checksum, copy_in, flatten, plan_layout
+from trainguard.checkpoint.layout import Layout, checksum, copy_in, flatten, local_tensor, plan_layout
 from trainguard.checkpoint.peer import BackupServer, PeerChoice, choose_peer, send_backup
 from trainguard.checkpoint.restore import TIERS, Restored, RestoreSources, agree_step, load_state, restore_from
 from trainguard.checkpoint.state import get_state, set_state
@@ -65,8 +68,9 @@ class CheckpointManager:
         self.code_version = os.environ.get("TRAINGUARD_CODE_VERSION", "")  # rollbacks look for the last good one
         self.root = memory_root(job, self.cfg.memory_dir)
         self.own_dir = self.root / f"own-{self.rank}"
-        self._cuda = torch.cuda.is_available()
-        self._stream = torch.cuda.Stream() if self._cuda else None
+        self._cudart = pinned.cuda_runtime()  # None without a usable GPU
+        self._stream = torch.cuda.Stream() if self._cudart is not None else None
+        self._on_gpu = False  # the state lives on the GPU: copy on the side stream into page-locked slots
         self._ring: SlotRing | None = None
         self._layout: Layout | None = None
         self._slot_step: dict[int, int] = {}
@@ -80,8 +84,10 @@ class CheckpointManager:
         self._closed = False
         self._last_done = {"peer": 0, "disk": 0, "durable": 0}
         self.first_bad_step: int | None = None
+        # blocked_s: time the training thread spent on us, = launch_s (in step(): flatten the state, queue the
+        # copies) + wait_s (in the optimizer's pre-hook: the copy of the previous step was not done yet)
         self.stats: dict[str, float] = {"snapshots": 0, "skipped_busy": 0, "peer_sent": 0, "peer_failed": 0,
-                                        "blocked_s": 0.0}  # blocked_s: time the training thread waited on us
+                                        "blocked_s": 0.0, "launch_s": 0.0, "wait_s": 0.0}
         self.server = BackupServer(self.root, host=self.cfg.host, port=self.cfg.port) if self.cfg.peer else None
         self.peer: PeerChoice | None = None
         self.addrs: dict[int, str] = {}
@@ -116,7 +122,9 @@ class CheckpointManager:
         try:
             return self._snapshot(step)
         finally:
-            self.stats["blocked_s"] += time.perf_counter() - t0
+            spent = time.perf_counter() - t0
+            self.stats["blocked_s"] += spent
+            self.stats["launch_s"] += spent
 
     def _snapshot(self, step: int) -> bool:
         self.wait_copy()
@@ -129,7 +137,7 @@ class CheckpointManager:
         self._ring.invalidate(slot)  # type: ignore[union-attr]
         self._copied.clear()
         buf = self._ring.buffers[slot]  # type: ignore[union-attr]
-        if self._cuda and self._stream is not None:
+        if self._on_gpu and self._stream is not None:
             import torch
 
             self._stream.wait_stream(torch.cuda.current_stream())
@@ -147,7 +155,14 @@ class CheckpointManager:
     def _wait_before_update(self) -> None:
         t0 = time.perf_counter()
         self._copied.wait()
-        self.stats["blocked_s"] += time.perf_counter() - t0
+        spent = time.perf_counter() - t0
+        self.stats["blocked_s"] += spent
+        self.stats["wait_s"] += spent
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the slots are page-locked (the GPU path's copies then overlap the next step)."""
+        return self._ring is not None and self._ring.pinned
 
     def wait_copy(self) -> None:
         """Block until the in-flight device->host copy is done (called before the optimizer mutates)."""
@@ -238,6 +253,8 @@ class CheckpointManager:
             self._copier.join(timeout=30)
         self._wake.set()
         self._shipper.join(timeout=30)
+        if self._ring is not None:
+            self._ring.close()
         if self.server is not None:
             self.server.close()
         if purge:
@@ -256,7 +273,11 @@ class CheckpointManager:
                     self._lock.release()
                     time.sleep(0.005)
                     self._lock.acquire()
-                self._ring = SlotRing(self.own_dir, self.cfg.memory_slots, layout.nbytes, pin=self._cuda)
+                if self._ring is not None:
+                    self._ring.close()
+                self._on_gpu = self._cudart is not None and any(local_tensor(t)[0].is_cuda for t in tensors)
+                self._ring = SlotRing(self.own_dir, self.cfg.memory_slots, layout.nbytes,
+                                      cudart=self._cudart if self._on_gpu else None)
                 for i in range(self.cfg.memory_slots):
                     self._ring.invalidate(i)
                 self._slot_step = {}

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collectors.topology import coordinates
 from trainguard.checkpoint.layout import checksum
 from trainguard.checkpoint.store import Manifest, SlotRing, read_slot_manifests
+from trainguard.topology import coordinates
 
 CHUNK = 4 << 20
 

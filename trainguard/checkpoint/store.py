@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainguard.checkpoint import pinned
 from trainguard.checkpoint.layout import Layout, checksum
 
 
@@ -62,23 +63,38 @@ def memory_root(job: str, configured: str | None = None) -> Path:
 
 
 class SlotRing:
-    """`count` reusable buffers of `nbytes` each, with per-slot manifests."""
+    """`count` reusable buffers of `nbytes` each, with per-slot manifests.
 
-    def __init__(self, directory: Path, count: int, nbytes: int, *, pin: bool = False) -> None:
+    With `cudart` (the CUDA runtime) every buffer is page-locked, so copies
+    from the GPU into it run asynchronously; `pinned` says whether all were.
+    `close()` unlocks them before the ring is dropped.
+    """
+
+    def __init__(self, directory: Path, count: int, nbytes: int, *, cudart: Any = None) -> None:
         import torch
 
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.nbytes = nbytes
         self.buffers: list[Any] = []
+        self._cudart = cudart
+        self._registered: list[Any] = []
         for i in range(count):
             path = self.dir / f"slot{i}.bin"
             if path.exists() and path.stat().st_size != nbytes:
                 self._manifest_path(i).unlink(missing_ok=True)
             buf = torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
-            if pin and torch.cuda.is_available():  # page-locked: device->host copies run async at full speed
-                torch.cuda.cudart().cudaHostRegister(buf.data_ptr(), nbytes, 0)
+            if cudart is not None and pinned.register(buf, nbytes, cudart):
+                self._registered.append(buf)
             self.buffers.append(buf)
+        self.pinned = cudart is not None and len(self._registered) == count
+
+    def close(self) -> None:
+        """Unlock the page-locked buffers (the files and their manifests stay: they are the snapshots)."""
+        for buf in self._registered:
+            pinned.unregister(buf, self._cudart)
+        self._registered = []
+        self.pinned = False
 
     def _manifest_path(self, i: int) -> Path:
         return self.dir / f"slot{i}.json"

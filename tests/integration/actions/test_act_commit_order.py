@@ -18,7 +18,7 @@ from kafka.structs import TopicPartition
 from schemas.codec import Codec
 from schemas.records import CheckpointEvent, Record
 from schemas.topics import Topics, key_for
-from streams.act_app import ActLoop
+from streams.act.loop import ActLoop
 from streams.admin import ensure_topics
 from streams.kafka_io import as_broker
 

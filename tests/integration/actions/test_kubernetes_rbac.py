@@ -1,7 +1,7 @@
 """The chart's RBAC grants exactly what the Kubernetes executor uses, and no more.
 
 The chart is rendered by the real helm (`make tools`); the executor and the
-Lease elector (streams/leader.py) run
+Lease elector (streams/act/leader.py) run
 through the real client against the FAKE API server (fake_kube_api.py).
 Each recorded request is authorised the way the API server's RBAC
 authoriser does (ClusterRoleBindings anywhere, RoleBindings in their
@@ -21,7 +21,7 @@ from kubernetes import client
 
 from actions.executors.kubernetes import KubernetesExecutor
 from schemas.records import ActionCommand
-from streams.leader import LeaseElector
+from streams.act.leader import LeaseElector
 
 VERBS = {"GET": "get", "PATCH": "patch", "POST": "create", "PUT": "update"}
 

@@ -182,7 +182,7 @@ def test_prometheus_rule_carries_the_alerts(tmp_path: Path) -> None:
     assert names == {"TrainguardConsumerLagHigh", "TrainguardDeadLetters", "TrainguardBreakerTripped",
                      "TrainguardStandbyPoolExhausted", "TrainguardJobEttrFalling", "TrainguardCollectorFailing"}
     metrics_sources = "".join((ROOT / p).read_text() for p in
-                              ("streams/metrics.py", "streams/action_metrics.py", "collectors/metrics.py"))
+                              ("streams/worker/metrics.py", "streams/act/metrics.py", "collectors/metrics.py"))
     for group in rule["spec"]["groups"]:
         for r in group["rules"]:
             for metric in {w for w in r["expr"].replace("(", " ").replace(")", " ").split() if w.startswith("trainguard_")}:

@@ -1,4 +1,4 @@
-"""The recommended ACLs (`trainguard.kafka_acls`) on a real broker with KRaft's StandardAuthorizer.
+"""The recommended ACLs (`trainguard.cli.kafka_acls`) on a real broker with KRaft's StandardAuthorizer.
 
 The ACLs are created exactly as recommended, through the admin client over
 SASL_SSL; then each role's SCRAM principal tries what it should and should
@@ -23,14 +23,14 @@ from kafka.errors import KafkaError, TopicAuthorizationFailedError
 from secure_broker import SecureBroker
 
 from actions.journal import Journal
-from collectors.command_feed import KafkaCommandFeed
+from collectors.agent.command_feed import KafkaCommandFeed
 from schemas.codec import Codec
 from schemas.kafka_config import BrokerSettings, client_options
 from schemas.records import ActionCommand, ActionResult, Heartbeat, Incident
 from schemas.topics import Topics
+from streams.act.state_mirror import StateMirror
 from streams.admin import ensure_topics
-from streams.state_mirror import StateMirror
-from trainguard.kafka_acls import recommended
+from trainguard.cli.kafka_acls import recommended
 
 pytestmark = pytest.mark.broker
 PRINCIPALS = {"collector": "collector", "agent": "agent-n1", "worker": "worker", "act": "act"}

@@ -15,7 +15,7 @@ from schemas.records import ActionResult, CheckpointEvent, Incident, TrainingSte
 MODULES = ["actions.checkpoints", "actions.engine", "actions.ettr", "actions.journal", "actions.replay",
            "actions.safety", "actions.standby", "actions.topology", "actions.executors.base",
            "actions.executors.slurm", "actions.executors.registry", "schemas.plan", "streams.console.views",
-           "streams.action_metrics"]  # torch-bound self-check modules: see tests/e2e
+           "streams.act.metrics"]  # torch-bound self-check modules: see tests/e2e
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -7,7 +7,7 @@ could go on). The dead process's memory is then dropped; a new one is built
 from the same journal file (as `trainguard act` builds itself: knowledge
 loaded, unfinished plans resumed, and an incident whose decision was not yet
 journaled redelivered, since its offset was not committed either). The fleet
-de-duplicates command ids as the real agents do (`collectors.agent`), answering
+de-duplicates command ids as the real agents do (`collectors.agent.node_agent`), answering
 a repeat with "already executed" and the first status.
 """
 
@@ -51,7 +51,7 @@ class Budget:
 
 
 class Fleet:
-    """Agents + scheduler: executes each command id once, like `collectors.agent`."""
+    """Agents + scheduler: executes each command id once, like `collectors.agent.node_agent`."""
 
     name = "fleet"
     handles = frozenset(ACTIONS)

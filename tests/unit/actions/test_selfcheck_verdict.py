@@ -1,6 +1,6 @@
 """The fanned-out self-check's verdict: pure aggregation of per-machine reports.
 
-Reports are built here the way `actions.selfcheck.machine.run_machine` writes
+Reports are built here the way `collectors.agent.selfcheck.machine.run_machine` writes
 them (one record per local rank per stage); the e2e test
 tests/e2e/test_selfcheck_fanout.py produces real ones through real agents.
 """
@@ -13,9 +13,9 @@ import msgspec
 import pytest
 
 from actions.selfcheck.fanout import combine, machine_command_id, machine_commands, report_of
-from actions.selfcheck.verdict import DEFAULT_CHECKS, aggregate, aggregate_replay, neighbour_pairs
 from actions.settings import SelfCheckSettings
 from schemas.records import ActionCommand, ActionResult
+from schemas.selfcheck import DEFAULT_CHECKS, aggregate, aggregate_replay, neighbour_pairs
 
 MACHINES = ["n0", "n1", "n2", "n3"]
 

@@ -12,7 +12,7 @@ from collectors.stacks import StackSampler, catches_signal, parse_faulthandler, 
 
 FAULTHANDLER_DUMP = """Thread 0x00007f3a1b7fe640 (most recent call first):
   File "/usr/lib/python3.11/threading.py", line 331 in wait
-  File "/w/collectors/training_hook.py", line 170 in _beat
+  File "/w/trainguard/training_hook.py", line 170 in _beat
 
 Current thread 0x00007f3a2d1b8740 (most recent call first):
   File "/w/torch/distributed/distributed_c10d.py", line 2050 in all_reduce

@@ -147,7 +147,7 @@ def test_dashboard_and_alert_rules_query_metrics_trainguard_exports() -> None:
     """A renamed metric would leave a panel or an alert silently empty."""
     import json
 
-    exported = "".join((ROOT / p).read_text() for p in ("streams/metrics.py", "streams/action_metrics.py",
+    exported = "".join((ROOT / p).read_text() for p in ("streams/worker/metrics.py", "streams/act/metrics.py",
                                                          "collectors/metrics.py"))
     dashboard = json.dumps(json.loads((ROOT / "deploy/grafana/trainguard-dashboard.json").read_text()))
     rules = (ROOT / "deploy/helm/trainguard/files/alerts.yaml").read_text()

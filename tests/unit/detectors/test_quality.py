@@ -14,7 +14,7 @@ from detectors.pipeline import DetectionPipeline
 from detectors.settings import DetectorSettings
 from lab.backtest.runner import run_backtest
 from lab.backtest.scoring import score
-from trainguard.commands.simulate import simulate_to
+from trainguard.cli.commands.simulate import simulate_to
 
 TUNING = Path(__file__).resolve().parents[3] / "scenarios" / "tuning"
 

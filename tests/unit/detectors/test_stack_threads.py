@@ -7,7 +7,7 @@ from schemas import Heartbeat, StackSample, TrainingStep
 
 BOOT = ["_bootstrap (/usr/lib/python3.11/threading.py:995)", "_bootstrap_inner (/usr/lib/python3.11/threading.py:1038)",
         "run (/usr/lib/python3.11/threading.py:975)"]
-HEARTBEAT = BOOT + ["_beat (/site/collectors/training_hook.py:201)", "wait (/usr/lib/python3.11/threading.py:622)"]
+HEARTBEAT = BOOT + ["_beat (/site/trainguard/training_hook.py:201)", "wait (/usr/lib/python3.11/threading.py:622)"]
 PUBLISHER = BOOT + ["_run (/site/collectors/publisher.py:110)", "_drain (/site/collectors/publisher.py:150)"]
 WAITING = ["<module> (train.py:120)", "main (train.py:80)", "backward (torch/_tensor.py:625)",
            "_engine_run_backward (torch/autograd/graph.py:823)"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collectors.error_file import SILENT_STARTUP
+from collectors.agent.error_file import SILENT_STARTUP
 from detectors.logs import UserErrorDetector
 from schemas.records import LogEvent
 

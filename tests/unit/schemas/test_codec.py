@@ -88,7 +88,7 @@ def test_other_strings_are_still_refused() -> None:
 
 
 def test_a_snapshot_buffer_keeps_nan_steps() -> None:
-    """Worker snapshots buffer records as msgpack (streams.state): NaN is a float there, and old strings decode."""
+    """Worker snapshots buffer records as msgpack (streams.worker.snapshot): NaN is a float there, and old strings decode."""
     step = TrainingStep(ts=1.0, job="j", rank=0, node="n", step=5, loss=float("nan"))
     back = msgspec.msgpack.decode(msgspec.msgpack.encode(step), type=TrainingStep)
     assert math.isnan(back.loss)

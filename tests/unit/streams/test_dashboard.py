@@ -9,9 +9,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from collectors.metrics import CollectorMetrics
-from streams.action_metrics import ActionMetrics
-from streams.metrics import WorkerMetrics
-from streams.processor import ProcessorStats
+from streams.act.metrics import ActionMetrics
+from streams.worker.metrics import WorkerMetrics
+from streams.worker.processor import ProcessorStats
 
 DASHBOARD = Path(__file__).parents[3] / "deploy" / "grafana" / "trainguard-dashboard.json"
 SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")

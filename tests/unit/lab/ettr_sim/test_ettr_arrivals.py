@@ -68,3 +68,26 @@ def test_rate_scale_multiplies_arrivals() -> None:
 def test_trace_naming_more_servers_than_declared_is_refused() -> None:
     with pytest.raises(ValueError, match="trace_servers"):
         TraceHistory.from_events(_events({"a": [1.0], "b": [2.0]}), servers=1)
+
+
+def test_job_borne_kinds_stop_growing_past_the_reference_job() -> None:
+    mix = {k: 0.0 for k in SimParams().mix} | {"cuda_error": 0.5, "manual_restart": 0.5}
+    history = _uniform_trace()
+
+    def counts(nodes: int) -> tuple[int, int]:
+        kinds = [a.kind for a in draw_arrivals(history, SimParams(job=JobParams(nodes=nodes, days=40.0), mix=mix,
+                                                                  reference_nodes=100), random.Random(2))]
+        return kinds.count("cuda_error"), kinds.count("manual_restart")
+
+    small, big = counts(100), counts(1000)
+    assert 0.8 < big[0] / (10 * small[0]) < 1.2  # hardware scales with the nodes
+    assert 0.7 < big[1] / small[1] < 1.3  # the job's own incidents do not
+    unscaled = draw_arrivals(history, SimParams(job=JobParams(nodes=1000, days=40.0), mix=mix, reference_nodes=0),
+                             random.Random(2))
+    assert [a.kind for a in unscaled].count("manual_restart") > 5 * big[1]
+
+
+def test_up_to_the_reference_size_the_draws_are_those_of_the_mix_alone() -> None:
+    history, params = _uniform_trace(), SimParams(job=JobParams(nodes=30, days=30.0))
+    assert draw_arrivals(history, params, random.Random(4)) == draw_arrivals(
+        history, SimParams(job=params.job, job_borne=frozenset()), random.Random(4))

@@ -46,3 +46,10 @@ def test_hang_baseline_waits_for_the_nccl_timeout() -> None:
 def test_manual_restart_is_a_hot_update_versus_a_requeue() -> None:
     assert trainguard_loss("manual_restart", JOB, TG, since_ckpt_s=500.0, standby=True).total_s == TG.hot_update_s
     assert baseline_loss("manual_restart", JOB, BASE, since_ckpt_s=500.0).total_s == BASE.requeue_s + BASE.remote_load_s
+
+
+def test_a_stop_time_diagnosis_is_lost_in_full_even_for_a_slow_job() -> None:
+    for kind in ("hang", "mfu_decline"):
+        plain = trainguard_loss(kind, JOB, TG, since_ckpt_s=0.0, standby=True)
+        diagnosed = trainguard_loss(kind, JOB, TG, since_ckpt_s=0.0, standby=True, diagnose=True)
+        assert diagnosed.localisation_s - plain.localisation_s == TG.diagnosis_s

@@ -50,3 +50,20 @@ def test_missing_or_wrong_report_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "r.json").write_text("{}")
     with pytest.raises(ParamError, match="per_kind"):
         with_measured_latencies(TrainguardCosts(), tmp_path / "r.json")
+
+
+@pytest.mark.parametrize(("costs", "key"), [
+    (TrainguardCosts(over_evict_nodes=0), "over_evict_nodes"),
+    (TrainguardCosts(standby_pool=-1), "standby_pool"),
+    (TrainguardCosts(ambiguous_share={"hang": 1.5}), "ambiguous_share"),
+    (TrainguardCosts(ambiguous_share={"meteor": 0.5}), "ambiguous_share"),
+    (TrainguardCosts(healthy_return_s=-1.0), "healthy_return_s"),
+])
+def test_bad_eviction_params_name_the_key(costs: TrainguardCosts, key: str) -> None:
+    with pytest.raises(ParamError, match=key):
+        SimParams(trainguard=costs).validate()
+
+
+def test_job_borne_kinds_must_be_known() -> None:
+    with pytest.raises(ParamError, match="job_borne"):
+        SimParams(job_borne=frozenset({"meteor"})).validate()

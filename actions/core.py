@@ -1,0 +1,292 @@
+"""What `trainguard act` does with each record, apart from how records arrive.
+
+The Faust app (`streams.act.loop`) feeds records here; this class decides,
+journals and executes. Three rules keep it durable and fast:
+
+* State first, offsets after: a checkpoint or topology is journaled
+  (`JobKnowledge`) and an incident's decision is journaled (`PlanRunner.admit`)
+  inside `observe` / `decide`, i.e. before the agent returns and Faust may
+  commit the record's offset. A restarted `act` rebuilds from the journal.
+* Decide at once, execute aside: `decide` is a few dictionary lookups and one
+  journal write; the plan (whose steps wait seconds to minutes for agents)
+  runs on a thread pool, one plan at a time per job, so one job's slow
+  eviction never delays another job's first command.
+* Nothing is re-read: per-job knowledge is kept incrementally.
+
+Operator commands from the console (`operator` topic) are applied by the
+pure `actions.operator` under the runner's lock and audited under the
+operator's name; the rails' state (breaker, standby pool, evicted nodes) is
+published as a `rails_state` audit entry whenever it changes, for the
+console to show.
+
+Nothing on these topics is trusted by being there (`trusts`, called by the
+app for each record before it is handed over): an `ActionResult` counts
+only when the node it names signed it (`security.node_public_keys`), and
+where Kafka ACLs cannot restrict who writes incidents, only incidents the
+worker signed are acted on (`security.worker_public_keys`). Whatever fails
+is audited (`result_rejected`, `incident_rejected`) and otherwise ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
+
+from actions.engine import DecisionEngine
+from actions.ettr import EttrAccount
+from actions.knowledge import JobKnowledge
+from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command
+from actions.runner import PlanRunner
+from detectors.common import Bounded, bounded_evictions
+from schemas.records import (
+    ActionResult,
+    AuditEntry,
+    CheckpointEvent,
+    Decision,
+    Incident,
+    JobTopology,
+    OperatorCommand,
+    Record,
+    TrainingStep,
+)
+from schemas.signing import KeyRing, signed_by_node
+
+log = logging.getLogger(__name__)
+OnDecision = Callable[[Incident, Decision], None]
+Publish = Callable[[Record], None]
+
+
+class ActMetrics(Protocol):
+    """What the core reports as it works; `streams.act.metrics.ActionMetrics` exports it to Prometheus.
+
+    A protocol, so the pure core never imports an exporter (actions/ imports no streams/).
+    """
+
+    def decided(self, *, kind: str, rule: str, status: str) -> None: ...
+
+    def acted(self, *, action: str, status: str) -> None: ...
+
+    def rails(self, *, breaker_tripped: bool, pool_size: int) -> None: ...
+
+    def ettr(self, *, job: str, ettr: float, unproductive_s: dict[str, float]) -> None: ...
+
+    def evictions(self, counts: dict[str, int]) -> None: ...
+
+
+class NoMetrics:
+    """The default `ActMetrics`: counts nothing (tests, tools, a core without an exporter)."""
+
+    def decided(self, *, kind: str, rule: str, status: str) -> None:
+        """Count nothing."""
+
+    def acted(self, *, action: str, status: str) -> None:
+        """Count nothing."""
+
+    def rails(self, *, breaker_tripped: bool, pool_size: int) -> None:
+        """Show nothing."""
+
+    def ettr(self, *, job: str, ettr: float, unproductive_s: dict[str, float]) -> None:
+        """Show nothing."""
+
+    def evictions(self, counts: dict[str, int]) -> None:
+        """Show nothing."""
+
+
+class ActCore:
+    """Observe state, decide on incidents, run plans; thread-safe where the app needs it."""
+
+    def __init__(self, *, engine: DecisionEngine, runner: PlanRunner, knowledge: JobKnowledge, publish: Publish,
+                 metrics: ActMetrics | None = None, ettr: EttrAccount | None = None,
+                 on_decision: OnDecision | None = None, plan_workers: int = 4, max_jobs: int = 4096,
+                 operator_max_age_s: float = DEFAULT_MAX_AGE_S, node_keys: KeyRing | None = None,
+                 worker_keys: KeyRing | None = None, durable: Callable[[], object] | None = None) -> None:
+        self.engine = engine
+        self.runner = runner
+        self.knowledge = knowledge
+        self.publish = publish
+        self.metrics: ActMetrics = metrics or NoMetrics()
+        self.ettr = knowledge.ettr if ettr is None else ettr
+        knowledge.ettr = self.ettr  # one account: observed here, journaled by the knowledge
+        self.on_decision = on_decision or (lambda _i, _d: None)
+        self.decided = 0
+        self._pool = ThreadPoolExecutor(max_workers=plan_workers, thread_name_prefix="act-plan")
+        self._lock = threading.Lock()  # ettr and the bookkeeping below, shared with plan threads
+        self._job_locks: Bounded[str, threading.Lock] = Bounded(max_jobs)
+        self._running: dict[str, Future[Decision]] = {}  # decision id -> its plan
+        self.operator_max_age_s = operator_max_age_s
+        self._rails_shown: dict[str, object] | None = None
+        self.node_keys = node_keys or KeyRing()  # who may sign results (each node its own)
+        self.worker_keys = worker_keys or KeyRing()  # empty: incidents trusted by Kafka ACLs alone
+        self.durable = durable or (lambda: None)  # waits until the journal is mirrored (streams.act.state_mirror)
+
+    def save_state(self) -> None:
+        """Journal what observing records changed and is not journaled as it happens (ETTR); the loop
+        then waits for `durable` before committing the offsets of the records observed so far."""
+        with self._lock:
+            self.knowledge.save_ettr()
+
+    # ------------------------------------------------------------ records
+
+    def trusts(self, record: Record, value: bytes, headers: Sequence[tuple[str, bytes]] | None, *,
+               topic: str = "", offset: int = -1) -> bool:
+        """Whether `record` (exactly `value`, as received with `headers`) may be acted on; audit it if not."""
+        problem = self._distrust(record, value, headers)
+        if problem:
+            self._reject(record, problem, topic, offset)
+        return not problem
+
+    def _distrust(self, record: Record, value: bytes, headers: Sequence[tuple[str, bytes]] | None) -> str:
+        """Why a result or incident must be ignored ("" if trusted)."""
+        if isinstance(record, ActionResult):
+            return signed_by_node(self.node_keys, value, headers, record.node)
+        if isinstance(record, Incident) and self.worker_keys:
+            return self.worker_keys.check(value, headers)[1]
+        return ""
+
+    def _reject(self, record: Record, problem: str, topic: str, offset: int) -> None:
+        is_result = isinstance(record, ActionResult)
+        subject = record.command_id if isinstance(record, ActionResult) else getattr(record, "id", "")
+        self.publish(AuditEntry(ts=time.time(), event="result_rejected" if is_result else "incident_rejected",
+                                subject_id=subject, actor="trainguard-act",
+                                detail={"job": getattr(record, "job", ""), "node": getattr(record, "node", ""),
+                                        "reason": problem, "topic": topic, "offset": offset}))
+
+    def observe(self, record: Record) -> None:
+        """Apply one state record (checkpoint, topology, step, agent result); journaled before return."""
+        if isinstance(record, CheckpointEvent):
+            self.knowledge.observe_checkpoint(record)
+        elif isinstance(record, JobTopology):
+            self.knowledge.observe_topology(record)
+        elif isinstance(record, TrainingStep):
+            with self._lock:
+                self.ettr.observe(record)
+        elif isinstance(record, ActionResult):
+            with self._lock:
+                self.ettr.observe(record)
+            self.publish(AuditEntry(ts=record.ts, event="action_result", subject_id=record.command_id,
+                                    actor=record.node or "agent",
+                                    detail={"job": record.job, "action": record.action, "status": record.status,
+                                            "message": record.message}))
+        elif isinstance(record, OperatorCommand):
+            self.operate(record)
+
+    # ------------------------------------------------------------ operators
+
+    def operate(self, command: OperatorCommand) -> None:
+        """Apply a console operator's command to the journaled rails and decision; audit it."""
+        runner = self.runner
+        with runner.lock:
+            runner._save_state()  # the journal's rails blob now mirrors the live rails exactly
+            decision = runner.journal.get(command.subject_id) if command.verb in ("approve", "reject") else None
+            out = apply_operator_command(command, rails=runner.journal.get_state("rails"), decision=decision,
+                                         now=time.time(), max_age_s=self.operator_max_age_s)
+            if out.applied:
+                runner.journal.put_state("rails", out.rails)
+                runner._load_state()
+                if out.decision is not None and out.decision is not decision:
+                    runner.journal.update_decision(out.decision)
+        self.publish(out.audit)
+        if out.applied and command.verb == "approve":
+            self.resume()  # the approved plan runs now, not at the next timer tick
+
+    def show_rails(self) -> None:
+        """Publish the breaker, standby pool and evicted nodes when they changed (the console's view)."""
+        runner = self.runner
+        with runner.lock:
+            rails = runner.rails
+            shown: dict[str, object] = {
+                "breaker": {"tripped": rails.breaker.tripped, "reason": rails.breaker.trip_reason},
+                "pool": rails.pool.snapshot(), "approval_kinds": list(rails.approval_kinds),
+                "evicted": {j: sorted(ns) for j, ns in runner.evicted.items()}}
+        if shown != self._rails_shown:
+            self._rails_shown = shown
+            self.publish(AuditEntry(ts=time.time(), event="rails_state", subject_id="rails",
+                                    actor="trainguard-act", detail=shown))
+
+    def decide(self, incident: Incident) -> Decision | None:
+        """Decide and journal (with the engine memory it changed); None for a redelivered incident.
+
+        The plan is handed to the pool: the caller may commit the incident's offset
+        as soon as this returns.
+        """
+        with self._lock:
+            self.ettr.observe(incident)
+        decision = self.engine.decide(incident)
+        admitted = self.runner.admit(decision, self.knowledge.engine_state())
+        if admitted is None:
+            return None
+        self.publish(admitted)
+        self.decided += 1
+        self.metrics.decided(kind=admitted.kind, rule=admitted.rule, status=admitted.status)
+        if admitted.status == "planned" and not admitted.dry_run:
+            self._submit(admitted, incident)
+        else:
+            self.on_decision(incident, admitted)
+        return admitted
+
+    # ------------------------------------------------------------ plans
+
+    def resume(self) -> None:
+        """Run what the journal holds unfinished (after a restart, or an operator's approval)."""
+        self.runner.poll_operator()
+        for decision in self.runner.journal.unfinished():
+            self._submit(decision, None)
+
+    @property
+    def busy(self) -> bool:
+        """True while any plan is running."""
+        with self._lock:
+            return bool(self._running)
+
+    def close(self, wait: bool = True) -> None:
+        """Stop taking plans; by default let running ones finish (else they resume after a restart)."""
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+    def _submit(self, decision: Decision, incident: Incident | None) -> None:
+        with self._lock:
+            if decision.id in self._running:
+                return
+            self._running[decision.id] = self._pool.submit(self._execute, decision, incident)
+
+    def _execute(self, decision: Decision, incident: Incident | None) -> Decision:
+        try:
+            with self._job_lock(decision.job):  # one plan at a time per job, in decision order
+                final = self.runner.run(decision)
+            self._account(decision, final)
+            if incident is not None:
+                self.on_decision(incident, final)
+            return final
+        except Exception:
+            log.exception("plan of decision %s failed; it resumes from the journal on restart", decision.id)
+            raise
+        finally:
+            with self._lock:
+                self._running.pop(decision.id, None)
+
+    def _job_lock(self, job: str) -> threading.Lock:
+        with self._lock:
+            lock = self._job_locks.get(job)
+            if lock is None:
+                lock = self._job_locks[job] = threading.Lock()
+            return lock
+
+    def _account(self, decision: Decision, final: Decision) -> None:
+        for result in self.runner.journal.steps(decision.id):
+            self.metrics.acted(action=result.action, status=result.status)
+        rails = self.runner.rails
+        self.metrics.rails(breaker_tripped=rails.breaker.tripped, pool_size=rails.pool.size)
+        with self._lock:
+            report = self.ettr.report(final.job)
+        self.metrics.ettr(job=final.job, ettr=report.ettr, unproductive_s=report.unproductive_s)
+        self.metrics.evictions({"engine": bounded_evictions(self.engine) + self.engine.checkpoints.trimmed,
+                                "runner": self.runner.evicted.evicted + self.runner.attempts.evicted,
+                                "ettr": bounded_evictions(self.ettr)})
+        if final.status != decision.status:
+            self.publish(AuditEntry(ts=final.ts, event="incident_summary", subject_id=final.incident_id,
+                                    actor="trainguard-act",
+                                    detail={"job": final.job, "decision": final.id, "status": final.status,
+                                            "rule": final.rule, "ettr": report.as_dict()}))

@@ -1,0 +1,1 @@
+"""`trainguard alerts`: incidents and decisions to Alertmanager and Slack-style webhooks."""

@@ -1,0 +1,279 @@
+"""Bytes in, records routed, bytes out: the worker's logic without Kafka.
+
+`MessageProcessor` decodes each raw message with the strict codec. A message
+that fails becomes a `DeadLetter` carrying the reason and the original
+bytes, so nothing is silently dropped and nothing crashes the worker. Good
+records go to the `DetectionPipeline`; its anomalies and incidents come back
+as encoded messages for the output topics. The worker's batch loop, the
+benchmarks and the tests all drive this one class.
+
+A fetch is handled by `process_fetch`: each partition's messages are
+decoded and judged by the `EventClock` (a record dated too far ahead is
+held or dead-lettered, never moving time), the accepted records of all
+partitions are merged in event-time order, and the pipeline's time is
+capped at the guarded watermark. Messages are read straight from the Kafka
+client's records (anything with topic/value/key/partition/offset/timestamp
+in ms); nothing is copied per message.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import heapq
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+
+from detectors.pipeline import DetectionPipeline
+from schemas.codec import Codec, DecodeError
+from schemas.records import Anomaly, DeadLetter, Incident, Record
+from schemas.signing import Signer
+from schemas.topics import INTERNAL_RECORDS, NODE_TOPICS, TOPIC_RECORDS, Topics, key_for, tag_of
+from streams.worker.watermark import EventClock
+
+_ALLOWED = {**TOPIC_RECORDS, **INTERNAL_RECORDS}
+
+
+@dataclass
+class Routing:
+    """Where this processor sits among the worker's tasks, for repartitioning jobless node records.
+
+    `job_of` is the fleet-wide node->job table (every worker reads the
+    compacted `node-jobs` topic); `task_of(job)` is the partition a job's
+    key hashes to. A jobless node record whose node runs a job of another
+    task is forwarded, unchanged, to `node-events` keyed by that job.
+    """
+
+    task: int
+    job_of: Callable[[str], str]
+    task_of: Callable[[str], int]
+
+# Dead letters keep at most this much of the original (base64 grows it by a
+# third); the rest stays findable at (topic, partition, offset) with its digest.
+DEAD_LETTER_KEEP_BYTES = 256 << 10
+
+
+class Message(Protocol):
+    """A consumed Kafka message, as aiokafka's ConsumerRecord has it (timestamp in ms)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    """One consumed Kafka message built by hand (tests, tools); timestamp in ms like Kafka's."""
+
+    topic: str
+    value: bytes | None
+    key: bytes | None = None
+    partition: int = -1
+    offset: int = -1
+    timestamp: int = 0
+
+
+@dataclass(frozen=True)
+class OutMessage:
+    """One message to produce."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]] | None = None  # the detached signature of a signed incident
+
+
+@dataclass
+class ProcessorStats:
+    """Counters exported as Prometheus metrics by the worker."""
+
+    processed: int = 0
+    dead_lettered: int = 0
+    anomalies: int = 0
+    incidents: int = 0
+    by_topic: dict[str, int] = field(default_factory=dict)
+
+
+class MessageProcessor:
+    """Decode, validate, detect; produce anomalies, incidents, dead letters."""
+
+    def __init__(self, pipeline: DetectionPipeline, topics: Topics, codec: Codec | None = None, *,
+                 stats: ProcessorStats | None = None, routing: Routing | None = None,
+                 signer: Signer | None = None) -> None:
+        self.pipeline = pipeline
+        self.signer = signer  # signs incidents where Kafka ACLs cannot keep others from writing them
+        self.topics = topics
+        self.codec = codec or Codec()
+        self.stats = stats or ProcessorStats()
+        self.routing = routing
+        self._logical: dict[str, str] = {}  # physical -> logical topic name, cached (hot path)
+        self.buffer: list[tuple[float, int, Record]] = []  # accepted, newer than the watermark (a heap)
+        self._seq = 0
+        self._node_events = topics.name("node-events")
+        self._node_jobs = topics.name("node-jobs")
+
+    def process(self, message: Message) -> list[OutMessage]:
+        """Handle one message; never raises on bad input."""
+        self.stats.processed += 1
+        logical = self._logical.get(message.topic) or self._logical.setdefault(
+            message.topic, self.topics.logical(message.topic))
+        self.stats.by_topic[logical] = self.stats.by_topic.get(logical, 0) + 1
+        try:
+            record = self._decode(message, logical)
+        except DecodeError as exc:
+            return [self._dead_letter(message, str(exc))]
+        anomalies, incidents = self.pipeline.process(record)
+        return self._outputs(anomalies, incidents)
+
+    def process_batch(self, messages: Sequence[Message]) -> list[OutMessage]:
+        """Handle a batch in order, event time from the records (tests, one partition)."""
+        out: list[OutMessage] = []
+        for message in messages:
+            out.extend(self.process(message))
+        return out
+
+    def process_fetch(self, fetched: Mapping[Hashable, Sequence[Message]], clock: EventClock[Any]) -> list[OutMessage]:
+        """Handle one fetch of several partitions under the guarded event clock."""
+        out: list[OutMessage] = []
+        stats = self.stats
+        for tp, messages in fetched.items():
+            if not messages:
+                continue
+            logical = self._logical_of(messages[0].topic)
+            stats.processed += len(messages)
+            stats.by_topic[logical] = stats.by_topic.get(logical, 0) + len(messages)
+            admit = clock.admit
+            clock.touch(tp)
+            heap, push = self.buffer, heapq.heappush
+            routed = self.routing is not None and logical in NODE_TOPICS
+            for message in messages:
+                try:
+                    record = self._decode(message, logical)
+                except DecodeError as exc:
+                    out.append(self._dead_letter(message, str(exc)))
+                    continue
+                if routed and not record.job and self._forward(record, message, out):  # type: ignore[attr-defined]
+                    continue
+                if logical == "node-events" and not record.job:  # type: ignore[attr-defined]
+                    record = msgspec.structs.replace(record, job=(message.key or b"").decode())  # type: ignore[call-arg]
+                ts = record.ts
+                verdict = admit(tp, ts, message.timestamp / 1000.0, message)
+                if verdict is None:
+                    self._seq += 1
+                    push(heap, (ts, self._seq, record))
+                    continue
+                for held_ts, held in verdict.accept:  # released or confirmed: decode once more (rare)
+                    self._seq += 1
+                    push(heap, (held_ts, self._seq, record if held is message else self._redecode(held)))
+                for held, reason in verdict.reject:
+                    out.append(self._dead_letter(held, reason))
+        pipeline = self.pipeline
+        out.extend(self._release(clock.watermark()))
+        if pipeline.nodes.changes:
+            out.extend(OutMessage(self._node_jobs, node.encode(), job.encode()) for node, job in pipeline.nodes.drain())
+        return out
+
+    def _release(self, limit: float) -> list[OutMessage]:
+        """Process the buffered records up to the watermark, in event-time order, then advance to it.
+
+        A record newer than the watermark waits: another partition of the task
+        may still deliver older evidence, and a job's silence (a hang) is only
+        silence once every partition has passed it (Kafka Streams' partition
+        group does the same).
+        """
+        out: list[OutMessage] = []
+        pipeline, heap, pop = self.pipeline, self.buffer, heapq.heappop
+        pipeline.time_limit = limit
+        process = pipeline.process
+        while heap and heap[0][0] <= limit:
+            anomalies, incidents = process(pop(heap)[2])
+            if anomalies:
+                out.extend(self._outputs(anomalies, incidents))
+        if limit > pipeline.watermark and limit != float("inf"):
+            out.extend(self.advance(limit))
+        return out
+
+    def _redecode(self, message: Message) -> Record:
+        """A held message, accepted later: decoded again (it decoded fine when first seen)."""
+        logical = self._logical_of(message.topic)
+        record = self._decode(message, logical)
+        if logical == "node-events" and not record.job:  # type: ignore[attr-defined]
+            record = msgspec.structs.replace(record, job=(message.key or b"").decode())  # type: ignore[call-arg]
+        return record
+
+    def _forward(self, record: Record, message: Message, out: list[OutMessage]) -> bool:
+        """Send a jobless node record to its job's task; False when it stays here."""
+        routing = self.routing
+        assert routing is not None
+        job = routing.job_of(record.node)  # type: ignore[attr-defined]
+        if not job or routing.task_of(job) == routing.task:
+            return False
+        out.append(OutMessage(self._node_events, job.encode(), message.value or b""))
+        return True
+
+    def advance_to(self, clock: EventClock[Any]) -> list[OutMessage]:
+        """Move time to the clock's watermark when no message came (idle partitions, silence)."""
+        return self._release(clock.watermark())
+
+    def _logical_of(self, topic: str) -> str:
+        logical = self._logical.get(topic)
+        if logical is None:
+            logical = self._logical[topic] = self.topics.logical(topic)
+        return logical
+
+    def advance(self, ts: float) -> list[OutMessage]:
+        """Advance event time with no message (idle ticks)."""
+        anomalies, incidents = self.pipeline.advance(ts)
+        return self._outputs(anomalies, incidents)
+
+    def _decode(self, message: Message, logical: str) -> Record:
+        if message.value is None:
+            raise DecodeError("empty message (tombstone)")
+        record: Record = self.codec.decode(message.value)
+        allowed = _ALLOWED.get(logical)
+        if allowed is not None and tag_of(record) not in allowed:
+            raise DecodeError(f"record type {tag_of(record)!r} does not belong on topic {logical!r}", "type")
+        return record
+
+    def _dead_letter(self, message: Message, reason: str) -> OutMessage:
+        """A dead letter that always fits a Kafka message: big originals are cut, with digest and size."""
+        self.stats.dead_lettered += 1
+        value = message.value or b""
+        kept = value[:DEAD_LETTER_KEEP_BYTES]
+        letter = DeadLetter(
+            ts=message.timestamp / 1000.0,
+            source_topic=message.topic,
+            reason=reason,
+            original_b64=base64.b64encode(kept).decode(),
+            partition=message.partition,
+            offset=message.offset,
+            key_b64=base64.b64encode((message.key or b"")[:1024]).decode(),
+            original_size=len(value),
+            truncated=len(kept) < len(value),
+            sha256=hashlib.sha256(value).hexdigest(),
+        )
+        return OutMessage(self.topics.name("dead-letter"), message.key or b"", self.codec.encode(letter))
+
+    def _outputs(self, anomalies: list[Anomaly], incidents: list[Incident]) -> list[OutMessage]:
+        if not anomalies and not incidents:  # the common case, on the hot path
+            return []
+        self.stats.anomalies += len(anomalies)
+        self.stats.incidents += len(incidents)
+        out = [OutMessage(self.topics.name("anomalies"), key_for(a), self.codec.encode(a)) for a in anomalies]
+        for incident in incidents:
+            value = self.codec.encode(incident)
+            headers = self.signer.headers(value) if self.signer else None
+            out.append(OutMessage(self.topics.name("incidents"), key_for(incident), value, headers))
+        return out

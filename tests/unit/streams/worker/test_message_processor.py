@@ -1,0 +1,90 @@
+"""The worker's logic without Kafka: decode, route, dead-letter, detect."""
+
+from __future__ import annotations
+
+import base64
+
+from detectors.nan import NanDetector
+from detectors.pipeline import DetectionPipeline
+from schemas import Codec, DeadLetter, Heartbeat, Incident, TrainingStep
+from schemas.topics import Topics
+from streams.worker.processor import MessageProcessor, RawMessage
+
+
+def processor() -> MessageProcessor:
+    return MessageProcessor(DetectionPipeline([NanDetector()]), Topics("t."))
+
+
+def test_malformed_message_becomes_a_dead_letter_with_reason_and_bytes() -> None:
+    proc = processor()
+    out = proc.process(RawMessage(topic="t.training", value=b'{"type":"step"', key=b"j", partition=1, offset=42))
+    assert [m.topic for m in out] == ["t.dead-letter"]
+    letter = Codec().decode(out[0].value)
+    assert isinstance(letter, DeadLetter)
+    assert "malformed JSON" in letter.reason
+    assert base64.b64decode(letter.original_b64) == b'{"type":"step"'
+    assert (letter.partition, letter.offset, letter.source_topic) == (1, 42, "t.training")
+    assert proc.stats.dead_lettered == 1
+
+
+def test_record_on_the_wrong_topic_is_dead_lettered() -> None:
+    value = Codec().encode(Heartbeat(ts=1.0, job="j", rank=0, node="n"))
+    out = processor().process(RawMessage(topic="t.gpu", value=value))
+    assert "does not belong" in Codec().decode(out[0].value).reason
+
+
+def test_tombstone_is_dead_lettered() -> None:
+    out = processor().process(RawMessage(topic="t.training", value=None))
+    assert out[0].topic == "t.dead-letter"
+
+
+def test_nan_step_yields_anomaly_and_incident() -> None:
+    codec = Codec()
+    proc = processor()
+    good = codec.encode(TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=1, loss=3.0))
+    bad = codec.encode(TrainingStep(ts=2.0, job="j", rank=2, node="n1", step=2, loss="nan"))
+    later = codec.encode(TrainingStep(ts=8.0, job="j", rank=0, node="n0", step=3, loss=3.0))
+    assert proc.process(RawMessage(topic="t.training", value=good)) == []
+    # the NaN detector reports once event time has moved past its settle time (1 s batching + 2 x 2 s skew)
+    out = proc.process_batch([RawMessage(topic="t.training", value=bad), RawMessage(topic="t.training", value=later)])
+    assert [m.topic for m in out] == ["t.anomalies", "t.incidents"]
+    incident = codec.decode(out[1].value)
+    assert isinstance(incident, Incident)
+    assert (incident.kind, incident.job, incident.ranks, incident.step) == ("nan", "j", [2], 2)
+    assert out[1].key == b"j"
+
+
+def test_dead_letters_of_any_size_fit_a_kafka_message() -> None:
+    import base64
+    import hashlib
+
+    from schemas.codec import decode as decode_record
+
+    proc = processor()
+    for size in (700_000, (1 << 20) + 1, 5_000_000, 20_000_000):
+        value = b"{" + b"x" * (size - 1)
+        out = proc.process(RawMessage(topic="t.gpu", value=value, partition=3, offset=77))
+        assert len(out) == 1 and len(out[0].value) < 1 << 20
+        letter = decode_record(out[0].value)
+        assert (letter.original_size, letter.partition, letter.offset) == (size, 3, 77)
+        assert letter.sha256 == hashlib.sha256(value).hexdigest()
+        assert letter.truncated and value.startswith(base64.b64decode(letter.original_b64))
+
+
+def test_incidents_are_signed_when_the_worker_holds_a_key() -> None:
+    """Where ACLs cannot keep others off the incidents topic, act accepts only what the worker signed."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from schemas.signing import KeyRing, Signer
+
+    worker = Signer("worker", Ed25519PrivateKey.generate())
+    proc = MessageProcessor(DetectionPipeline([NanDetector()]), Topics("t."), signer=worker)
+    codec = Codec()
+    bad = codec.encode(TrainingStep(ts=2.0, job="j", rank=2, node="n1", step=2, loss="nan"))
+    later = codec.encode(TrainingStep(ts=8.0, job="j", rank=0, node="n0", step=3, loss=3.0))  # past settle + skew
+    out = proc.process_batch([RawMessage(topic="t.training", value=bad), RawMessage(topic="t.training", value=later)])
+    incidents = [m for m in out if m.topic == "t.incidents"]
+    assert incidents and all(m.headers for m in incidents)
+    ring = KeyRing({"worker": worker.private_key.public_key()})
+    assert all(ring.check(m.value, m.headers) == ("worker", "") for m in incidents)
+    assert all(m.headers is None for m in out if m.topic != "t.incidents")  # only incidents carry one

@@ -1,0 +1,76 @@
+"""`trainguard keys generate`: make the Ed25519 keys commands and results are signed with."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from trainguard.cli.errors import UsageError
+from trainguard.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("keys", help="generate the signing keys of act, the worker and the node agents",
+                       description="Write Ed25519 key pairs (<id>.key, mode 0600, and <id>.pub) and print the "
+                       "security: section that uses them. act's private key stays with act; nodes get only "
+                       "act's public key and their own node key; act gets the nodes' public keys.")
+    keys = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    gen = keys.add_parser("generate", help="generate key pairs")
+    gen.add_argument("--dir", type=Path, required=True, help="directory to write the keys to")
+    gen.add_argument("--node", action="append", default=[], metavar="NAME",
+                     help="also make a key for this node (repeatable); written to DIR/nodes/NAME.key")
+    gen.add_argument("--act-id", default="act", help="key id of act's key (a new id per rotation; default: act)")
+    gen.add_argument("--no-act", action="store_true", help="make no act key (only node keys)")
+    gen.add_argument("--worker", action="store_true", help="also make a worker key (to sign incidents)")
+    gen.set_defaults(handler=run)
+    acls = keys.add_parser("acls", help="print the recommended Kafka ACLs as kafka-acls.sh commands",
+                           description="One principal per role (collector, agent, worker, act), each allowed only "
+                           "what it does; only act may write the actions topic (docs/security.md).")
+    acls.add_argument("--principal", action="append", default=[], metavar="ROLE=PRINCIPAL",
+                      help="e.g. act=User:trainguard-act (default: User:trainguard-<role>)")
+    acls.set_defaults(handler=print_acls)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from schemas.signing import generate
+
+    out = args.dir
+    made: list[Path] = []
+    if not args.no_act:
+        made += generate(out, args.act_id)
+    if args.worker:
+        made += generate(out, "worker")
+    for node in args.node:
+        made += generate(out / "nodes", node)
+    for path in made:
+        print(f"wrote {path}")
+    print("\nsecurity:")
+    if not args.no_act:
+        print(f"  act_private_key: {out / (args.act_id + '.key')}   # act only")
+        print(f"  act_public_keys: [{out / (args.act_id + '.pub')}]   # every node")
+    if args.node:
+        print(f"  node_private_key: {out / 'nodes' / '{node}.key'}   # each node: its own key only")
+        print(f"  node_public_keys: [{out / 'nodes'}]   # act")
+    if args.worker:
+        print(f"  worker_private_key: {out / 'worker.key'}   # the worker")
+        print(f"  worker_public_keys: [{out / 'worker.pub'}]   # act, where Kafka ACLs cannot guard incidents")
+    return 0
+
+
+def print_acls(args: argparse.Namespace, settings: Settings) -> int:
+    from trainguard.cli.kafka_acls import ROLE_DOC, kafka_acls_command, recommended
+
+    principals = {role: f"User:trainguard-{role}" for role in ROLE_DOC}
+    for item in args.principal:
+        role, sep, principal = item.partition("=")
+        if not sep or role not in principals:
+            raise UsageError(f"keys acls: --principal {item!r}: expected ROLE=PRINCIPAL, "
+                             f"ROLE one of {', '.join(principals)}")
+        principals[role] = principal
+    grants = recommended(settings.topics.prefix, worker_group=settings.worker.app_id,
+                         act_group=settings.actions.group_id)
+    for role, doc in ROLE_DOC.items():
+        print(f"# {role} ({principals[role]}): {doc}")
+        for grant in (g for g in grants if g.role == role):
+            print(kafka_acls_command(grant, principals[role], settings.broker.servers))
+    return 0

@@ -1,0 +1,112 @@
+"""`trainguard selfcheck`: stop-time diagnosis on suspect machines.
+
+The node agent runs `trainguard selfcheck --command-json '<ActionCommand>'`
+for `self_check` and `replay_regroup` commands. act fans a check out: each
+machine's command carries its `node_rank` and the shared rendezvous, and
+this process runs only that machine's ranks and prints its machine's report
+(`machine_report`; act combines every machine's). A command without
+`node_rank`, or `--machines`, runs every named machine's part on this one
+host (Slurm's single-node health check, an operator by hand). It prints one
+JSON object and exits 0 when the check (or this machine's part) passed, 1
+when it failed, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from trainguard.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("selfcheck", help="run the hierarchical self-check or an SDC replay",
+                       description="Run GPU self-test (dcgmi, if present), all-to-all within each machine, "
+                       "all-gather between neighbours and a bitwise alignment test, cheapest first, stopping at "
+                       "the first stage that names a machine; or one phase of a dual-phase SDC replay. A command "
+                       "act fanned out (params.node_rank) runs only this machine's ranks and prints its report; "
+                       "--machines runs every named machine's part on this host. Prints one JSON object; "
+                       "exit 0 = passed, 1 = failed, 2 = bad input.")
+    p.add_argument("--command-json", metavar="JSON",
+                   help="an ActionCommand (self_check or replay_regroup) as JSON, as the node agent passes it")
+    p.add_argument("--machines", help="comma-separated machines to check, all on this host (instead of "
+                   "--command-json)")
+    p.add_argument("--checks", default="dcgm,all_to_all,all_gather,bitwise", help="stages (default: %(default)s)")
+    p.add_argument("--procs-per-machine", type=int, default=2, help="ranks per machine (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=10.0, help="collective timeout in seconds (default: %(default)s)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        action, params = _request(args)
+    except ValueError as exc:
+        print(json.dumps({"passed": False, "error": str(exc)}))
+        print(f"trainguard selfcheck: {exc}", file=sys.stderr)
+        return 2
+    if "node_rank" in params:
+        return _run_machine(action, params)
+    from collectors.agent.selfcheck.hierarchy import run_hierarchy, run_replay
+
+    timeout_s = float(params.get("timeout_s", args.timeout))
+    if action == "replay_regroup":
+        report = run_replay([list(map(str, g)) for g in params["groups"]], timeout_s=timeout_s)
+    else:
+        report = run_hierarchy([str(m) for m in params["machines"]], checks=list(params["checks"]),
+                               ppn=int(params.get("procs_per_machine", args.procs_per_machine)), timeout_s=timeout_s)
+    machines = [m for g in params["groups"] for m in g] if action == "replay_regroup" else params["machines"]
+    out = {"action": action, "phase": params.get("phase"), "machines": machines, **report.as_dict()}
+    print(json.dumps(out))
+    return 0 if report.passed else 1
+
+
+def _run_machine(action: str, params: dict[str, Any]) -> int:
+    """This machine's part of a fanned-out check; act aggregates the reports."""
+    from collectors.agent.selfcheck.machine import MachineSpec, machine_passed, run_machine
+
+    try:
+        spec = MachineSpec.from_params(params)
+    except ValueError as exc:
+        print(json.dumps({"passed": False, "error": str(exc)}))
+        print(f"trainguard selfcheck: --command-json {exc}", file=sys.stderr)
+        return 2
+    report = run_machine(spec)
+    passed = machine_passed(report)  # this machine's own view; with others checked, act's verdict decides
+    # Only a check of this machine alone vouches for it (the console returns a node on such a report);
+    # with others, its own ranks can all pass while its digest is the odd one out.
+    alone = {"machines": spec.machines} if len(spec.machines) == 1 else {}
+    print(json.dumps({"action": action, "phase": params.get("phase"), "check_id": spec.check_id,
+                      "machine": spec.machine, **alone, "passed": passed, "machine_report": report}))
+    return 0 if passed else 1
+
+
+def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """(action, params) from --command-json or the flags; ValueError names the problem."""
+    checks = [c for c in args.checks.split(",") if c]
+    if args.command_json:
+        from schemas.codec import DecodeError, decode
+        from schemas.records import ActionCommand
+
+        try:
+            command = decode(args.command_json, ActionCommand)
+        except DecodeError as exc:
+            raise ValueError(f"--command-json: {exc}") from None
+        params = dict(command.params)
+        if command.action == "replay_regroup":
+            groups = params.get("groups")
+            if not isinstance(groups, list) or not groups:
+                raise ValueError("--command-json: replay_regroup needs params.groups (lists of machines)")
+            return "replay_regroup", params
+        if command.action != "self_check":
+            raise ValueError(f"--command-json: action {command.action!r} is not self_check or replay_regroup")
+        params.setdefault("machines", command.nodes)
+        params.setdefault("checks", checks)
+    elif args.machines:
+        params = {"machines": [m for m in args.machines.split(",") if m], "checks": checks}
+    else:
+        raise ValueError("give --command-json or --machines")
+    if not params["machines"]:
+        raise ValueError("no machines to check")
+    return "self_check", params

@@ -1,0 +1,29 @@
+"""`trainguard worker`: the Faust stream-processing worker running the detectors."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainguard.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("worker", help="run the detection worker (Faust)",
+                       description="Consume the telemetry topics, run the configured detectors, and publish "
+                       "anomalies, incidents and dead letters.")
+    p.add_argument("--loglevel", default="warn", choices=["crit", "error", "warn", "info", "debug"])
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    import faust
+
+    from streams.admin import ensure_configured_topics, require_broker
+    from streams.worker.factory import create_worker_app
+
+    require_broker(settings)
+    ensure_configured_topics(settings)
+    app = create_worker_app(settings)
+    worker = faust.Worker(app, loglevel=args.loglevel, quiet=True)
+    worker.execute_from_commandline()
+    return 0
