@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from fake_kube_api import FakeKube
 from kubernetes import client as k8s
+from list_sink import ListSink
 
 from collectors.metrics import CollectorMetrics
 from collectors.node import NodeLoop
 from collectors.npd import NpdWatcher
 from detectors.hardware import HardwareDetector
 from schemas.records import LogEvent, NodeCondition
-from tests.unit.collectors.list_sink import ListSink
 
 NODE = "gpu-node-3"
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from dcgm_server import FIXTURES, DcgmExporterFixture
+from list_sink import ListSink
 
 from collectors.dcgm_exporter import XidTracker, parse_exposition
 from collectors.dcgm_source import SOURCE, DcgmExporterCollector
@@ -18,7 +19,6 @@ from collectors.metrics import CollectorMetrics
 from collectors.node import NodeLoop
 from detectors.hardware import HardwareDetector
 from schemas.records import NodeGpuSample
-from tests.unit.collectors.list_sink import ListSink
 
 
 def scrape(name: str):  # type: ignore[no-untyped-def]

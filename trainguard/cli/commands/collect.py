@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from trainguard.errors import UsageError
+from trainguard.cli.errors import UsageError
 from trainguard.settings import Settings
 
 

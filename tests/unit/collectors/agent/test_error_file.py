@@ -16,8 +16,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from list_sink import ListSink
 
-from collectors.agent.node_agent import Agent
 from collectors.agent.error_file import ERROR_FILE_ENV, SILENT_STARTUP
+from collectors.agent.node_agent import Agent
 from detectors.logs import classify
 from schemas.records import LogEvent
 from schemas.signing import KeyRing
