@@ -36,7 +36,8 @@ RESTARTING = {("hw_fault", "xid"), ("hw_fault", "dbe"), ("hw_fault", "lost"), ("
               ("hang", "dataloader"), ("hang", "collective"), ("hang", "cuda_sync"), ("nan", "loss"),
               ("nan", "grad"), ("nan", "inf_loss"), ("sdc", "checksum"), ("sdc", "intermittent"),
               ("sdc", "last_stage"), ("user_error", "import_error"),
-              ("user_error", "shape_mismatch"), ("user_error", "syntax_error"), ("user_error", "oom")}
+              ("user_error", "shape_mismatch"), ("user_error", "syntax_error"), ("user_error", "oom"),
+              ("user_error", "app_xid"), ("user_error", "silent_startup")}
 SETTLE_S = 120.0  # quiet time required after one fault ends before the next may start
 
 
@@ -132,7 +133,8 @@ def resolve(spec: FaultSpec, index: int, scenario: Scenario, rng: random.Random)
     gpu = spec.gpu if spec.gpu is not None else rank % lay.gpus_per_node
     if spec.kind == "hw_fault":
         rank = node * lay.gpus_per_node + gpu  # the rank driving the faulty GPU
-    code = spec.code if spec.code is not None else rng.choice(EVICTING_XIDS)
+    drawn_codes = BENIGN_XIDS if (spec.kind, variant) == ("user_error", "app_xid") else EVICTING_XIDS
+    code = spec.code if spec.code is not None else rng.choice(drawn_codes)
     if spec.kind == "slowdown" and variant == "gradual":
         magnitude = spec.magnitude or rng.uniform(0.15, 0.25)
     elif spec.kind == "slowdown":
