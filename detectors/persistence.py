@@ -76,7 +76,10 @@ class Persistence:
         del self._episodes[key]
         if ep[3] or ep[2] < min_sightings:
             return None
-        start, duration = ep[0], ep[1] - ep[0]
+        return self.transient(node, ep[0], ep[1] - ep[0], ts)
+
+    def transient(self, node: str, start: float, duration: float, ts: float) -> dict[str, Any]:
+        """Count one transient episode of `node`; its summary (the evidence of a transient anomaly)."""
         seen = self._history.get(node)
         if seen is None:
             self._history[node] = seen = deque(maxlen=max(8, self.recur_n * 2))

@@ -155,6 +155,9 @@ class NodeHardware:
             port = f.gpu % self._ports
             if f.variant == "degraded":  # renegotiated to a lower speed: slow, but no errors
                 share[port] = f.magnitude
+            elif f.variant == "fail_slow":  # a marginal link: a fraction of its siblings' traffic, symbol errors
+                share[port] = f.magnitude
+                burst.add(port)
             elif f.variant == "port_down":
                 if f.id not in self._seen:
                     self._seen.add(f.id)

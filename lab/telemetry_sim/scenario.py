@@ -20,7 +20,7 @@ FaultKind = Literal["hw_fault", "network", "hang", "slowdown", "nan", "loss_spik
 # The variants each kind can take; the first is the default.
 VARIANTS: dict[str, tuple[str, ...]] = {
     "hw_fault": ("xid", "dbe", "lost", "nvlink", "remap_failed", "nvml_timeout"),
-    "network": ("port_down", "error_burst", "degraded"),
+    "network": ("port_down", "error_burst", "degraded", "fail_slow"),
     "hang": ("dataloader", "collective", "cuda_sync"),
     "slowdown": ("thermal", "power", "silent", "gradual"),
     "nan": ("loss", "grad", "inf_loss"),

@@ -40,3 +40,29 @@ def test_a_silent_start_up_death_comes_after_a_code_change_on_every_node_with_on
     summaries = [e for e in events if isinstance(e, LogEvent) and "ChildFailedError" in e.message]
     assert len(summaries) == 4 and not any("Traceback" in e.message for e in summaries)
     assert label["variant"] == "silent_startup"
+
+
+def test_a_link_fail_slow_is_a_third_of_its_siblings_with_symbol_errors_and_a_short_one_is_labelled_transient() -> None:
+    from schemas.records import RdmaSample
+
+    events, [label] = simulate({"kind": "network", "at_s": 300, "variant": "fail_slow", "node": 1, "gpu": 2,
+                                "duration_s": 60})
+    during = [s for s in events if isinstance(s, RdmaSample) and s.node == "gpu-node-001"
+              and T0 + 310 <= s.ts < T0 + 350]
+    assert during
+    for s in during:
+        rates = [p.tx_bps for p in s.ports]
+        assert rates[2] < 0.45 * sorted(rates)[len(rates) // 2]
+    assert during[-1].ports[2].symbol_errors > during[0].ports[2].symbol_errors
+    assert label["transient"] is True
+
+
+def test_the_third_blip_of_one_node_within_an_hour_is_labelled_a_fault_to_report_not_a_transient() -> None:
+    data: dict[str, Any] = {"name": "t", "seed": 9, "duration_s": 3000,
+                            "job": {"nodes": 2, "gpus_per_node": 4, "tp": 4, "pp": 1, "step_time_s": 5.0},
+                            "faults": [{"kind": "network", "at_s": 300 + 600 * i, "variant": "fail_slow", "node": 0,
+                                        "duration_s": 60} for i in range(3)]
+                            + [{"kind": "network", "at_s": 2200, "variant": "fail_slow", "node": 0,
+                                "duration_s": 400}]}
+    _, labels = run_scenario(parse_scenario(data))
+    assert [lab.get("transient", False) for lab in labels] == [True, True, False, False]
