@@ -96,6 +96,8 @@ class Simulation:
                         pause = min(pause, self.rng.uniform(2.0, 5.0))
                     elif style == "megatron" and job.eval_pause_s:
                         pause += job.eval_pause_s
+                    if style == "sync":
+                        pause = self._storage(pause)
                 t1 = t + pause
             else:
                 phase, duration = "training", self.steps.duration(t)
@@ -136,6 +138,15 @@ class Simulation:
             return math.inf
         start = self.sc.start_ts
         return start + math.floor((t - start) / every + 1.0) * every
+
+    def _storage(self, pause: float) -> float:
+        """A sync checkpoint's length on real storage: jittered, and now and then on a loaded shared filesystem."""
+        job = self.job
+        if job.checkpoint_jitter:
+            pause *= self.rng.lognormvariate(0.0, job.checkpoint_jitter)
+        if job.slow_checkpoint_p and self.rng.random() < job.slow_checkpoint_p:
+            pause *= job.slow_checkpoint_factor
+        return pause
 
     def _announce(self, ts: float, phase: str) -> None:
         """A phase change: once for the job, or by every rank as real training loops do.

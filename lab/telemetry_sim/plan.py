@@ -39,6 +39,7 @@ RESTARTING = {("hw_fault", "xid"), ("hw_fault", "dbe"), ("hw_fault", "lost"), ("
               ("user_error", "shape_mismatch"), ("user_error", "syntax_error"), ("user_error", "oom"),
               ("user_error", "app_xid"), ("user_error", "silent_startup")}
 SETTLE_S = 120.0  # quiet time required after one fault ends before the next may start
+HANG_IN_PAUSE_S = 600.0  # issue 22's target for a hang inside a checkpoint or eval pause
 # A fail-slow shorter than this recovers on its own: the detectors' default `persist_s` (issue 22). Its label says
 # `transient: true`: the right outcome is a counted transient anomaly, and any incident on it is an over-eviction.
 TRANSIENT_S = 120.0
@@ -218,6 +219,8 @@ def latency_budget(kind: str, scenario: Scenario, start: float, fault: Fault | N
             if point % job.checkpoint_every_s < 1e-6 and point % job.eval_every_s < 1e-6:
                 pause = job.checkpoint_pause_s + job.eval_pause_s
         if since < pause + job.step_time_s * 1.5:
+            if kind == "hang":  # inside a checkpoint or eval: judged against the pauses, found within 10 min
+                return max(budget, HANG_IN_PAUSE_S)
             budget += pause + job.step_time_s * 1.5
             break
     return budget
