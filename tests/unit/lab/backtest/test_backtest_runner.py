@@ -114,6 +114,11 @@ def test_backtest_eval_pools_figures_over_a_scenario_set(tmp_path: Path) -> None
     assert {k: v["faults"] for k, v in report["per_variant"].items()} == {"nan/grad": 1, "nan/loss": 1}
     assert (tmp_path / "eval" / "cli-small" / "timeline.png").is_file()
     assert "Incidents on fault-free scenarios" in (tmp_path / "eval" / "report.md").read_text()
+    quality = report["quality"]["nan"]  # issue 22: what peers publish, per detector
+    assert set(quality) >= {"precision", "recall", "f1", "latency_p50_s", "latency_p95_s", "false_per_day",
+                            "false_per_day_per_1000_gpus", "over_evicted"}
+    assert quality["false_per_day"] == 0.0 and quality["f1"] == 1.0
+    assert "| kind | precision | recall | F1 |" in (tmp_path / "eval" / "report.md").read_text()
 
 
 def test_progress_bar_reports_bytes_read(tmp_path: Path) -> None:
