@@ -147,7 +147,7 @@ class CommittedProgress:
 
     def committed(self) -> int:
         """Committed offsets summed over the input partitions (0 before the first commit)."""
-        offsets = self._admin.list_consumer_group_offsets(self._group)
+        offsets = self._admin.list_group_offsets({self._group: None}).get(self._group, {})
         return sum(max(0, meta.offset) for tp, meta in offsets.items() if tp.topic in self._topics)
 
     def close(self) -> None:
