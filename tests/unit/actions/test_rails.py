@@ -272,3 +272,24 @@ def test_members_with_a_stale_or_a_fresh_topology_and_an_unreplaced_eviction() -
     # evicted without a spare, then returned to the pool: in the pool, not in the job
     assert job_members(["n1", "n2", "n3"], [], gone=set(), ready_spares={"n2"}) == ["n1", "n3"]
     assert job_members(["n1", "n1", "n2"], [("n2", "n1")], gone=set(), ready_spares=set()) == ["n1"]
+
+
+def test_act_audits_an_incident_dated_far_from_its_clock_and_counts_it_at_receipt(tmp_path: Path) -> None:
+    from actions.core import ActCore
+    from actions.knowledge import JobKnowledge
+
+    executor = Scripted()
+    clock = Clock(50_000.0)
+    eng, runner, audit = build(tmp_path, executor, jobs=2, fleet_max=1, clock=clock)
+    core = ActCore(engine=eng, runner=runner, knowledge=JobKnowledge(runner.journal, eng, eng.checkpoints),
+                   publish=audit.append, clock=clock, record_skew_s=600.0)
+    try:
+        core.decide(hw("j0", "j0n1", ts=50_000.0 + 86_400))  # a day ahead
+        core.decide(hw("j1", "j1n1", ts=49_900.0))  # within the bound: nothing to say
+        core.close(wait=True)
+    finally:
+        runner.journal.close()
+    skewed = events(audit, "record_clock_skew")
+    assert [e.subject_id for e in skewed] == ["inc-j0n1"] and skewed[0].detail["skew_s"] == 86_400
+    assert executor.sent("evict_node") == [["j0n1"]] or executor.sent("evict_node") == [["j1n1"]]
+    assert len(executor.sent("evict_node")) == 1  # fleet cap 1, whatever the dates say
