@@ -236,3 +236,42 @@ def test_a_non_targets_signed_result_cannot_fail_another_nodes_eviction(
     assert rejected and "not a target" in rejected[0].detail["reason"]
     restarts = [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "restart_from_checkpoint"]
     assert [r.nodes for r in restarts] == [["node-b"]]
+
+
+def test_a_return_then_an_eviction_restarts_each_node_once_with_every_spare(
+        kafka: str, topic_prefix: str, tmp_path: Path, keys: Any) -> None:
+    """The measured bug: after return_node the restart went to [n1, n2, n4, n2]. Real agents on every node.
+
+    rn2 is evicted and replaced by the spare rs0; rn2 is repaired and returned to the pool (the
+    operator's queue in act's journal, as `trainguard actions return-node` leaves it); then rn4 is
+    evicted and replaced by rn2. The second restart must go to rn1, rs0, rn3 and rn2, each once.
+    """
+    nodes, spare = ["rn1", "rn2", "rn3", "rn4"], "rs0"
+    keys.node(*nodes, spare)
+    env = base_env(kafka, topic_prefix, tmp_path, keys, TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S="20",
+                   TRAINGUARD_ACTIONS__BREAKER_MAX_FRACTION="0.5",
+                   TRAINGUARD_ACTIONS__STANDBY_NODES=f'["{spare}"]')
+    tap = Tap(kafka, Topics(topic_prefix))
+    agents = [agent(env, tmp_path, "ret-job", n) for n in [*nodes, spare]]
+    try:
+        now = time.time()
+        for record in job_records("ret-job", nodes, now):
+            tap.publish(record)
+        time.sleep(4)
+        tap.publish(hw("ret-job", "rn2", now))
+        run_act(env, 1)
+        journal = Journal(tmp_path / "act" / "journal.sqlite")
+        journal.request_node_return("rn2")  # its self-check passed: back to the pool at act's next poll
+        journal.close()
+        tap.publish(hw("ret-job", "rn4", time.time()))
+        run_act(env, 1)
+        wait_plans(tap, 2)
+    finally:
+        stop_all(agents, timeout_s=30)
+        tap.drain(1.0)
+        tap.close()
+    restarts = [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "restart_from_checkpoint"]
+    assert [r.nodes for r in restarts] == [["rn1", "rs0", "rn3", "rn4"], ["rn1", "rs0", "rn3", "rn2"]]
+    answered = {(r.command_id, r.node) for r in tap.seen if isinstance(r, ActionResult) and r.status == "ok"}
+    assert {(restarts[1].id, n) for n in ["rn1", "rs0", "rn3", "rn2"]} <= answered
+    assert restarts[1].params["standby"] == {"rs0": "rn2", "rn2": "rn4"}
