@@ -103,7 +103,8 @@ class ActCore:
                  metrics: ActMetrics | None = None, ettr: EttrAccount | None = None,
                  on_decision: OnDecision | None = None, plan_workers: int = 4, max_jobs: int = 4096,
                  operator_max_age_s: float = DEFAULT_MAX_AGE_S, node_keys: KeyRing | None = None,
-                 worker_keys: KeyRing | None = None, durable: Callable[[], object] | None = None) -> None:
+                 worker_keys: KeyRing | None = None, durable: Callable[[], object] | None = None,
+                 clock: Callable[[], float] = time.time, record_skew_s: float = 600.0) -> None:
         self.engine = engine
         self.runner = runner
         self.knowledge = knowledge
@@ -122,6 +123,8 @@ class ActCore:
         self.node_keys = node_keys or KeyRing()  # who may sign results (each node its own)
         self.worker_keys = worker_keys or KeyRing()  # empty: incidents trusted by Kafka ACLs alone
         self.durable = durable or (lambda: None)  # waits until the journal is mirrored (streams.act.state_mirror)
+        self.clock = clock  # act's receive time: the only time the rails run on
+        self.record_skew_s = record_skew_s
 
     def save_state(self) -> None:
         """Journal what observing records changed and is not journaled as it happens (ETTR); the loop
@@ -213,6 +216,7 @@ class ActCore:
         The plan is handed to the pool: the caller may commit the incident's offset
         as soon as this returns.
         """
+        self._check_date(incident)
         with self._lock:
             self.ettr.observe(incident)
         decision = self.engine.decide(incident)
@@ -227,6 +231,19 @@ class ActCore:
         else:
             self.on_decision(incident, admitted)
         return admitted
+
+    def _check_date(self, incident: Incident) -> None:
+        """Audit an incident dated far from act's clock: a wrong clock or a forger trying to move a window.
+
+        It is still decided on (a real fault on a node with a bad clock must not be ignored);
+        the breaker and cooldowns count it at act's time of receipt, whatever its date says.
+        """
+        skew = incident.ts - self.clock()
+        if abs(skew) > self.record_skew_s:
+            self.publish(AuditEntry(ts=self.clock(), event="record_clock_skew", subject_id=incident.id,
+                                    actor="trainguard-act",
+                                    detail={"job": incident.job, "kind": incident.kind, "record_ts": incident.ts,
+                                            "skew_s": round(skew, 3), "bound_s": self.record_skew_s}))
 
     # ------------------------------------------------------------ plans
 

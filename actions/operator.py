@@ -12,6 +12,8 @@ or stale command is judged by its own timestamp against the `now` it is given.
 Why each guard:
 * a command older than `max_age_s` is refused: a consumer group reading the
   operator topic from the start must not re-apply last week's breaker reset;
+  so is one dated more than `max_age_s` ahead of act's clock (`now`, act's
+  receive time), which would otherwise stay fresh for ever;
 * approve and reject act only on a decision still awaiting approval, so a
   duplicate click or a redelivered command changes nothing;
 * a node goes back to the standby pool only with a passing self-check report
@@ -53,6 +55,9 @@ def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], d
     if now - command.ts > max_age_s:
         return _outcome(command, False, f"refused: command is {now - command.ts:.0f}s old (max {max_age_s:g}s)",
                         state, decision, now)
+    if command.ts - now > max_age_s:  # dated ahead of act's clock: it would stay "fresh" for ever
+        return _outcome(command, False, f"refused: command is dated {command.ts - now:.0f}s ahead of act's clock "
+                        f"(max {max_age_s:g}s)", state, decision, now)
     if command.verb in ("approve", "reject"):
         return _decide(command, state, decision, now)
     if command.verb == "reset_breaker":

@@ -68,3 +68,12 @@ def test_return_node_needs_a_passing_selfcheck_of_that_node() -> None:
 def test_passing_selfcheck_reads_stage_digests_too() -> None:
     report = {"passed": True, "stages": [{"detail": {"digests": {"n7": "abc"}}}]}
     assert passing_selfcheck(report, "n7") and not passing_selfcheck(report, "n8")
+
+
+def test_a_command_dated_ahead_of_acts_clock_is_refused_not_kept_fresh_for_ever() -> None:
+    ahead = cmd("reset_breaker", ts=101.0 + 10_000)  # a year's replay window, were it accepted
+    out = apply_operator_command(ahead, rails=RAILS, decision=None, now=101.0, max_age_s=300)
+    assert not out.applied and "ahead of act's clock" in out.message
+    assert out.rails["breaker"]["tripped"]
+    near = apply_operator_command(cmd("reset_breaker", ts=160.0), rails=RAILS, decision=None, now=101.0)
+    assert near.applied  # a console clock a minute ahead is tolerated
