@@ -4,7 +4,8 @@ One section for every process, because one config file usually serves a
 whole fleet: `act` reads `act_private_key` (signs commands) and
 `node_public_keys` (verifies results); an agent reads `node_private_key`
 (signs its results) and `act_public_keys` (verifies commands); the worker
-reads `worker_private_key` when incidents must be signed. Only paths live
+reads `worker_private_key` when incidents must be signed; the console reads
+`console_private_key` (signs operator commands) and act `console_public_keys`. Only paths live
 here: the keys themselves are files (a Kubernetes Secret mounted read-only),
 never YAML, never environment values, never logged. There is no default
 key: a role whose key is missing refuses to start and says how to make one.
@@ -37,11 +38,16 @@ class SecuritySettings(BaseModel):
     worker_public_keys: list[Path] = Field(default_factory=list,
                                            description="when set, act accepts only incidents signed by these "
                                            "(use where Kafka ACLs cannot restrict who writes incidents)")
+    console_private_key: Path | None = Field(None, description="the console's key that signs operator commands "
+                                             "(console only)")
+    console_public_keys: list[Path] = Field(default_factory=list,
+                                            description="console public keys act accepts operator commands from; "
+                                            "empty: act refuses every operator command")
     command_ttl_s: float = Field(120.0, gt=0, description="a command expires this long after it is issued")
     max_clock_skew_s: float = Field(30.0, ge=0, description="clock difference tolerated between act and nodes")
 
     def signer(self, role: str, node: str = "") -> Signer:
-        """The private key of `role` ('act', 'node', 'worker'); KeyFileError (one line) if not configured."""
+        """The private key of `role` ('act', 'node', 'worker', 'console'); KeyFileError (one line) if not configured."""
         path = getattr(self, f"{role}_private_key")
         if path is None:
             raise KeyFileError(f"no signing key: security.{role}_private_key is not set; {HOW_TO_MAKE}")

@@ -55,6 +55,7 @@ class TestKeys:
         self.root = root
         generate(root, "act")
         generate(root, "worker")
+        generate(root, "console")
 
     def node(self, *names: str) -> TestKeys:
         """Make node keys (once each); call before starting `act`, which reads them at start."""
@@ -68,7 +69,9 @@ class TestKeys:
         (self.root / "nodes").mkdir(exist_ok=True)
         return {"act_private_key": str(self.root / "act.key"), "act_public_keys": [str(self.root / "act.pub")],
                 "node_private_key": str(self.root / "nodes" / "{node}.key"),
-                "node_public_keys": [str(self.root / "nodes")]}
+                "node_public_keys": [str(self.root / "nodes")],
+                "console_private_key": str(self.root / "console.key"),
+                "console_public_keys": [str(self.root / "console.pub")]}
 
     def env(self, **extra: Any) -> dict[str, str]:
         """The `security:` section as TRAINGUARD_SECURITY__* variables, for a `trainguard` subprocess."""

@@ -121,7 +121,9 @@ def build_core(settings: ActConfig, *, executors: list[str], dry_run: bool, on_d
     core = ActCore(engine=engine, runner=runner, knowledge=knowledge, publish=publish, ettr=ettr, metrics=metrics,
                    on_decision=on_decision, plan_workers=cfg.plan_workers, max_jobs=cfg.max_jobs,
                    operator_max_age_s=cfg.operator_max_age_s, node_keys=node_keys, worker_keys=sec.ring("worker"),
-                   durable=durable)
+                   durable=durable, console_keys=sec.ring("console"), max_clock_skew_s=sec.max_clock_skew_s)
+    if not core.console_keys:
+        log.warning("act: security.console_public_keys is empty: every operator command is refused and audited")
 
     def close() -> None:
         core.close(wait=True)

@@ -242,15 +242,15 @@ async def reset_breaker(request: web.Request) -> web.StreamResponse:
 async def return_node(request: web.Request) -> web.StreamResponse:
     """Return an evicted node to the standby pool after a passing self-check. Operators only.
 
-    Body: {"report": <selfcheck JSON>} optional; without it the latest passing
-    self-check result act's agents published for the node is sent.
+    The latest passing self-check result published for the node goes along
+    for the audit trail only: act returns the node on a self-check it holds
+    itself (one it ran, or one the node's agent signed), never on a report in
+    the request, so a report in the body is not taken.
     """
     node = request.match_info["node"]
     body = await _body(request)
-    report = body.get("report")
-    if not isinstance(report, dict):
-        check = request.app[FEED].state.selfchecks.get(node)
-        report = check.details if check is not None and check.details.get("passed") is True else None
+    check = request.app[FEED].state.selfchecks.get(node)
+    report = check.details if check is not None and check.status == "ok" else None
     if report is None:
         return _error(409, f"no passing self-check of {node} is known; run one first")
     return await _send(request, "return_node", node, str(body.get("reason", "")), report)
@@ -272,9 +272,11 @@ async def _send(request: web.Request, verb: str, subject: str, reason: str,
     """Audit the request under the operator's name, then publish the command for act."""
     who: Identity = request[IDENTITY]
     now = time.time()
-    command = OperatorCommand(ts=now, id=f"op-{uuid.uuid4().hex[:16]}", verb=verb, operator=who.name,  # type: ignore[arg-type]
-                              subject_id=subject, reason=reason, report=report)
     feed = request.app[FEED]
+    if feed.signer is None:
+        return _error(503, "this console holds no signing key (security.console_private_key); it cannot act")
+    command = OperatorCommand(ts=now, id=f"op-{uuid.uuid4().hex}", verb=verb, operator=who.name,  # type: ignore[arg-type]
+                              subject_id=subject, reason=reason, report=report, expires=now + feed.command_ttl_s)
     dec = feed.state.decisions.get(subject)
     await feed.publish(AuditEntry(ts=now, event=f"console_{verb}", subject_id=subject or verb, actor=who.name,
                                   detail={"command": command.id, "via": who.via, "role": who.role, "reason": reason,

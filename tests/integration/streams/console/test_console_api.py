@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaConsumer, KafkaProducer
 
 from schemas.codec import Codec
 from schemas.records import AuditEntry, Incident, OperatorCommand, Record
+from schemas.signing import KeyRing, Signer
 from schemas.topics import Topics, key_for
 from streams.admin import ensure_topics
 from streams.console.app import create_app
@@ -26,13 +28,17 @@ USERS = [User(name="alice", role="operator", token="op"), User(name="victor", ro
 OP, VIEW = {"Authorization": "Bearer op"}, {"Authorization": "Bearer view"}
 
 
+def console_key() -> Signer:
+    return Signer("console", Ed25519PrivateKey.generate())
+
+
 def with_console(kafka: str, prefix: str, body: Callable[[TestClient[Any, Any]], Awaitable[None]],
-                 auth: Authenticator | None = None) -> None:
+                 auth: Authenticator | None = None, signer: Signer | None = None, unsigned: bool = False) -> None:
     topics = Topics(prefix)
     ensure_topics(kafka, topics.all(), partitions=2, replication=1)
 
     async def main() -> None:
-        feed = ConsoleFeed(kafka, topics, ConsoleState())
+        feed = ConsoleFeed(kafka, topics, ConsoleState(), signer=None if unsigned else signer or console_key())
         client = TestClient(TestServer(create_app(feed, auth or Authenticator(USERS), ConsoleSettings())))
         await client.start_server()
         try:
@@ -48,12 +54,16 @@ def with_console(kafka: str, prefix: str, body: Callable[[TestClient[Any, Any]],
 
 
 def read(kafka: str, name: str, count: int, timeout_s: float = 20.0) -> list[Record]:
+    return [Codec().decode(m.value) for m in read_raw(kafka, name, count, timeout_s)]
+
+
+def read_raw(kafka: str, name: str, count: int, timeout_s: float = 20.0) -> list[Any]:
     consumer = KafkaConsumer(name, bootstrap_servers=kafka, auto_offset_reset="earliest", group_id=None)
-    out: list[Record] = []
+    out: list[Any] = []
     deadline = time.monotonic() + timeout_s
     while len(out) < count and time.monotonic() < deadline:
         for batch in consumer.poll(timeout_ms=300).values():
-            out.extend(Codec().decode(m.value) for m in batch)
+            out.extend(batch)
     consumer.close()
     return out
 
@@ -76,10 +86,16 @@ def test_no_action_without_an_operator_and_csrf(kafka: str, topic_prefix: str) -
         assert (await c.post("/api/decisions/unknown/approve", headers=OP)).status == 404
         assert (await c.post("/api/standby/n9/return", headers=OP)).status == 409
 
-    with_console(kafka, topic_prefix, body)
-    commands = [r for r in read(kafka, topic_prefix + "operator", 1) if isinstance(r, OperatorCommand)]
+    key = console_key()
+    with_console(kafka, topic_prefix, body, signer=key)
+    raw = read_raw(kafka, topic_prefix + "operator", 1)
+    commands = [r for r in (Codec().decode(m.value) for m in raw) if isinstance(r, OperatorCommand)]
     assert len(commands) == 1 and commands[0].operator == "alice" and commands[0].verb == "reset_breaker"
     assert commands[0].reason == "switch fixed"
+    # signed with the console's key over the exact bytes, and expiring (what act verifies)
+    ring = KeyRing({"console": key.private_key.public_key()})
+    assert ring.check(raw[0].value, [(k, bytes(v)) for k, v in raw[0].headers]) == ("console", "")
+    assert 0 < commands[0].expires - commands[0].ts <= 120
     audit = [r for r in read(kafka, topic_prefix + "audit", 1) if isinstance(r, AuditEntry)]
     assert audit[0].event == "console_reset_breaker" and audit[0].actor == "alice"
     assert audit[0].detail["command"] == commands[0].id and audit[0].detail["via"] == "cookie"
@@ -133,3 +149,14 @@ def test_behind_an_oidc_ingress_the_header_names_the_operator(kafka: str, topic_
     with_console(kafka, topic_prefix, body, auth)
     commands = [r for r in read(kafka, topic_prefix + "operator", 1) if isinstance(r, OperatorCommand)]
     assert [c.operator for c in commands] == ["carol"]
+
+
+def test_a_console_without_its_key_refuses_to_act_and_publishes_nothing(kafka: str, topic_prefix: str) -> None:
+    async def body(c: TestClient[Any, Any]) -> None:
+        refused = await c.post("/api/breaker/reset", headers=OP)
+        assert refused.status == 503 and "signing key" in (await refused.json())["error"]
+        assert (await c.get("/api/fleet", headers=VIEW)).status == 200  # it still shows the fleet
+
+    with_console(kafka, topic_prefix, body, unsigned=True)
+    assert read(kafka, topic_prefix + "operator", 1, timeout_s=3) == []
+    assert read(kafka, topic_prefix + "audit", 1, timeout_s=3) == []
