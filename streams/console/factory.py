@@ -19,7 +19,7 @@ from schemas.topics import Topics
 from streams.admin import ensure_configured_topics
 from streams.console.app import AssetsMissing, create_app
 from streams.console.auth import Authenticator, CredentialsError, load_users
-from streams.console.feed import ConsoleFeed
+from streams.console.feed import READ, ConsoleFeed
 from streams.console.settings import ConsoleSettings
 from streams.console.state import ConsoleState
 from streams.settings import KafkaConfig
@@ -59,7 +59,8 @@ def create_console(settings: ConsoleConfig, cfg: ConsoleSettings | None = None) 
         raise ConsoleRefused("no way to log in: set console.credentials_file (or --credentials) or "
                              "console.trusted_user_header")
     try:
-        ensure_configured_topics(settings)
+        # only the topics the console reads and writes: a console principal may describe nothing else
+        ensure_configured_topics(settings, [Topics(settings.topics.prefix).name(t) for t in READ])
     except KafkaError as exc:
         raise ConsoleRefused(f"broker {settings.broker.servers} unreachable: {exc}") from None
     try:  # no default key: a console that could not sign would send commands act must refuse

@@ -39,6 +39,7 @@ ROLE_DOC = {
            "and audit; alone reads and writes its state topic (act-state), transactionally",
     "console": "`trainguard ui`: reads what act reads and writes (never act-state), writes operator commands "
                "(signed) and its audit entries",
+    "alerts": "`trainguard alerts`: reads incidents and decisions with its own group",
 }
 CONSOLE_READS = ("incidents", "decisions", "actions", "action-results", "audit", "operator", "anomalies", "training",
                  "checkpoints", "gpu")  # streams.console.feed.READ
@@ -65,6 +66,8 @@ def recommended(prefix: str = "tg.", worker_group: str = "trainguard-worker",
     grants += [Grant("act", op, "TRANSACTIONAL_ID", f"{act_group}.state") for op in ("WRITE", "DESCRIBE")]
     grants += [Grant("console", "READ", "TOPIC", f"{prefix}{t}") for t in CONSOLE_READS]
     grants += [Grant("console", "WRITE", "TOPIC", f"{prefix}{t}") for t in ("operator", "audit")]
+    grants += [Grant("alerts", "READ", "TOPIC", f"{prefix}{t}") for t in ("incidents", "decisions")]
+    grants += [Grant("alerts", "READ", "GROUP", "trainguard-alerts", prefixed=True)]
     return grants
 
 
