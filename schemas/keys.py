@@ -36,8 +36,10 @@ class SecuritySettings(BaseModel):
                                          description="node public keys act accepts results from (id = node name)")
     worker_private_key: Path | None = Field(None, description="the worker signs incidents with it when set")
     worker_public_keys: list[Path] = Field(default_factory=list,
-                                           description="when set, act accepts only incidents signed by these "
-                                           "(use where Kafka ACLs cannot restrict who writes incidents)")
+                                           description="act acts only on incidents signed by these; a non-dry-run "
+                                           "act refuses to start without them unless incidents_trusted_by_acl")
+    incidents_trusted_by_acl: bool = Field(False, description="with no worker_public_keys, act acts on ANY record "
+                                           "on the incidents topic: only Kafka ACLs stop a forger (act warns)")
     console_private_key: Path | None = Field(None, description="the console's key that signs operator commands "
                                              "(console only)")
     console_public_keys: list[Path] = Field(default_factory=list,
@@ -63,6 +65,19 @@ class SecuritySettings(BaseModel):
             if not path.exists():
                 raise KeyFileError(f"security.{role}_public_keys: {path} not found; {HOW_TO_MAKE}")
         return load_ring(paths)
+
+    def incident_ring(self) -> KeyRing:
+        """The worker keys act checks incidents with; empty only when `incidents_trusted_by_acl` says so.
+
+        Out of the box act acts only on incidents the worker signed: trusting whoever may write the
+        incidents topic is an explicit choice, which act names in a warning.
+        """
+        ring = self.ring("worker")
+        if not ring and not self.incidents_trusted_by_acl:
+            raise KeyFileError("no worker key: security.worker_public_keys is empty, and act acts only on "
+                               f"incidents the worker signed; {HOW_TO_MAKE} (or set "
+                               "security.incidents_trusted_by_acl: true where Kafka ACLs alone guard incidents)")
+        return ring
 
     def required_ring(self, role: str) -> KeyRing:
         """Like `ring`, but refuses an empty one (a verifier that accepts nothing would reject everything)."""

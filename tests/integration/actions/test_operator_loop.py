@@ -57,11 +57,12 @@ def act(env: dict[str, str], *args: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def held_decision(kafka: str, topics: Topics, env: dict[str, str], log: Path) -> str:
+def held_decision(kafka: str, topics: Topics, env: dict[str, str], log: Path, keys: Any) -> str:
     """A real act holds a hw_fault eviction of n1 (job llm, 4 nodes) for approval; its decision id."""
     now = time.time()
-    send(kafka, topics, JobTopology(ts=now, job="llm", world_size=4, rank_nodes={i: f"n{i}" for i in range(4)}),
-         Incident(ts=now, id="hw-1", kind="hw_fault", job="llm", onset=now, detected_at=now, nodes=["n1"]))
+    send(kafka, topics, JobTopology(ts=now, job="llm", world_size=4, rank_nodes={i: f"n{i}" for i in range(4)}))
+    send(kafka, topics, Incident(ts=now, id="hw-1", kind="hw_fault", job="llm", onset=now, detected_at=now,
+                                 nodes=["n1"]), signer=load_signer(keys.root / "worker.key"))  # as the worker signs
     act(env, "--max-incidents", "1", "--timeout", "60", "--log", str(log))
     decided = [json.loads(line) for line in log.read_text().splitlines()]
     assert [d["status"] for d in decided] == ["awaiting_approval"]
@@ -87,7 +88,7 @@ def test_reject_stale_reset_and_node_return(topic_prefix: str, kafka: str, tmp_p
     send(kafka, topics, ActionResult(ts=now, command_id="sc-n7", action="self_check", status="ok", node="n7"),
          signer=n7)
     log = tmp_path / "decisions.jsonl"
-    decision_id = held_decision(kafka, topics, env, log)
+    decision_id = held_decision(kafka, topics, env, log, keys)
 
     now = time.time()
     console = load_signer(keys.root / "console.key")
@@ -124,7 +125,7 @@ def test_forged_operator_commands_change_nothing_and_are_audited(topic_prefix: s
     topics = Topics(topic_prefix)
     ensure_topics(kafka, topics.all(), partitions=2, replication=1)
     log = tmp_path / "decisions.jsonl"
-    decision_id = held_decision(kafka, topics, env, log)
+    decision_id = held_decision(kafka, topics, env, log, keys)
 
     console = load_signer(keys.root / "console.key")
     impostor = Signer("console", Ed25519PrivateKey.generate())  # the console's key id, not its key
