@@ -62,7 +62,7 @@ def test_act_on_a_new_machine_knows_what_the_old_one_knew(kafka: str, topic_pref
                                                           keys: Any) -> None:
     keys.node("node-1", "node-2", "spare-1")
     topics = Topics(topic_prefix)
-    tap = Tap(kafka, topics)
+    tap = Tap(kafka, topics, keys)
     state_dir = tmp_path / "act"
     base = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": topic_prefix,
             "TRAINGUARD_TOPICS__PARTITIONS": "2", **keys.env(),

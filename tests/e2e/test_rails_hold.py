@@ -101,7 +101,7 @@ def test_agents_that_never_answer_get_no_more_stops_than_the_breaker_allows(
     nodes = [f"pn{i}" for i in range(10)]
     keys.node(*nodes)
     env = base_env(kafka, topic_prefix, tmp_path, keys)
-    tap = Tap(kafka, Topics(topic_prefix))
+    tap = Tap(kafka, Topics(topic_prefix), keys)
     agents = [agent(env, tmp_path, "part-job", n) for n in nodes[:3]]  # real agents, then partitioned
     try:
         time.sleep(3)
@@ -135,7 +135,7 @@ def test_concurrent_plans_of_forty_jobs_never_exceed_the_fleet_cap(
     keys.node(*(f"{j}-n0" for j in jobs))
     env = base_env(kafka, topic_prefix, tmp_path, keys, TRAINGUARD_ACTIONS__PLAN_WORKERS="8",
                    TRAINGUARD_ACTIONS__FLEET_MAX_EVICTIONS="4")
-    tap = Tap(kafka, Topics(topic_prefix))
+    tap = Tap(kafka, Topics(topic_prefix), keys)
     agents = [agent(env, tmp_path, j, f"{j}-n0") for j in jobs[:2]]  # two answer at once, the rest never
     try:
         now = time.time()
@@ -164,7 +164,7 @@ def test_spread_out_and_future_dates_cannot_widen_the_breaker(
     keys.node(*(f"{j}-n0" for j in jobs))
     env = base_env(kafka, topic_prefix, tmp_path, keys, TRAINGUARD_ACTIONS__FLEET_MAX_EVICTIONS="2",
                    TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S="15")
-    tap = Tap(kafka, Topics(topic_prefix))
+    tap = Tap(kafka, Topics(topic_prefix), keys)
     agents = [agent(env, tmp_path, j, f"{j}-n0") for j in jobs]
     try:
         now = time.time()
@@ -195,7 +195,7 @@ def test_a_non_targets_signed_result_cannot_fail_another_nodes_eviction(
     keys.node("node-a", "node-b")
     env = base_env(kafka, topic_prefix, tmp_path, keys, TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S="30")
     topics = Topics(topic_prefix)
-    tap = Tap(kafka, topics)
+    tap = Tap(kafka, topics, keys)
     slow = agent({**env}, tmp_path, "nt-job", "node-a")
     other = agent(env, tmp_path, "nt-job", "node-b")
     act: subprocess.Popen[str] | None = None
@@ -251,7 +251,7 @@ def test_a_return_then_an_eviction_restarts_each_node_once_with_every_spare(
     env = base_env(kafka, topic_prefix, tmp_path, keys, TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S="20",
                    TRAINGUARD_ACTIONS__BREAKER_MAX_FRACTION="0.5",
                    TRAINGUARD_ACTIONS__STANDBY_NODES=f'["{spare}"]')
-    tap = Tap(kafka, Topics(topic_prefix))
+    tap = Tap(kafka, Topics(topic_prefix), keys)
     agents = [agent(env, tmp_path, "ret-job", n) for n in [*nodes, spare]]
     try:
         now = time.time()
