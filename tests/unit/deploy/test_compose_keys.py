@@ -72,6 +72,7 @@ def test_each_service_mounts_only_its_own_keys_read_only_after_the_one_shot() ->
 def _run_one_shot(root: Path) -> None:
     """The keys service's script, its /keys/* mounts moved under `root` (owner flags only when root)."""
     script = compose()["services"]["keys"]["command"][0].replace("/keys/", f"{root}/keys/")
+    assert " /keys" not in script, script  # nothing may write outside the temporary directory
     if os.geteuid() != 0:
         script = script.replace("-o 10001 -g 0 ", "")
     for name in ("all", "worker", "act", "console"):
