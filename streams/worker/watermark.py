@@ -47,13 +47,30 @@ class _Held(Generic[P]):
 
 @dataclass
 class PartitionTime(Generic[P]):
-    """One partition's watermark and the records held as dated too far ahead."""
+    """One partition's watermark and the records held as dated too far ahead.
+
+    Only the event-time facts (`watermark`, `held`) travel in a snapshot.
+    The fetch facts are this process's own: `last_record_wall` is a reading
+    of its monotonic clock (meaningless in another process or on another
+    host) and `caught_up` describes its consumer's position. A restored
+    partition starts as not known, so it is neither caught up nor idle
+    until its new owner has fetched it (issue 21: a restored "caught up"
+    made a backlog look idle and let time run past it, raising a false hang).
+    """
 
     watermark: float = NEG_INF
     held: list[_Held[P]] = field(default_factory=list)
     last_record_wall: float = NEG_INF
     caught_up: bool = False  # position >= end offset at the last fetch
-    known: bool = False  # caught_up was ever learned from the broker
+    known: bool = False  # caught_up was ever learned from the broker (by this process)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"watermark": self.watermark, "held": self.held}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Snapshots written before carried the fetch facts too: they are dropped here.
+        self.watermark, self.held = state.get("watermark", NEG_INF), state.get("held", [])
+        self.last_record_wall, self.caught_up, self.known = NEG_INF, False, False
 
 
 @dataclass(frozen=True)
@@ -83,8 +100,9 @@ class EventClock(Generic[P]):
     # ---------------------------------------------------------- assignment
 
     def assign(self, tp: Hashable, state: PartitionTime[P] | None = None) -> None:
-        """Start following a partition (with its restored state, if any)."""
+        """Start following a partition (with its restored state, if any): not known until fetched."""
         part = self.parts[tp] = state or PartitionTime()
+        part.last_record_wall, part.caught_up, part.known = NEG_INF, False, False
         self._newest = max(self._newest, part.watermark)
         self._holding += len(part.held)
 
