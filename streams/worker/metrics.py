@@ -79,6 +79,11 @@ class _StatsCollector(Collector):
             "Messages that failed to decode and went to the dead-letter topic",
             value=float(self._stats.dead_lettered),
         )
+        yield CounterMetricFamily(
+            "trainguard_worker_rerouted",
+            "Records whose job hashes to another task (keyed wrongly), sent on to it through node-events",
+            value=float(self._stats.rerouted),
+        )
         if self._state_sizes is not None:
             state = GaugeMetricFamily(
                 "trainguard_worker_detector_state_entries", "Keyed entries held by each detector", labels=["detector"]
