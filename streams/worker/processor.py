@@ -184,7 +184,7 @@ class MessageProcessor:
                 if logical == "node-events" and not record.job:  # type: ignore[attr-defined]
                     record = msgspec.structs.replace(record, job=(message.key or b"").decode())  # type: ignore[call-arg]
                 ts = record.ts
-                verdict = admit(tp, ts, message.timestamp / 1000.0, message)
+                verdict = admit(tp, ts, message.timestamp / 1000.0, message, getattr(record, "node", None) or None)
                 if verdict is None:
                     self._seq += 1
                     push(heap, (ts, self._seq, record))
