@@ -264,6 +264,11 @@ class HangDetector(Detector):
                     self._resume(job, rec.ts)
             job.max_step = max(job.max_step, rec.step)  # steps in flight when the pause was announced count
             return
+        if rec.step > job.max_step and job.max_step >= 0 and rec.ts < job.progress_ts - 2 * self.skew_s:
+            # Dated before progress already seen, beyond the skew bound: a host whose clock is behind.
+            # Its rank's step counts; the job's progress waits for a record that can date it (another
+            # rank's), or a healthy job would look hung. Progress by step and rank, not by arrival.
+            return
         if rec.step > job.max_step:
             if job.max_step >= 0 and rec.ts > job.progress_ts:
                 job.intervals.add(rec.ts - job.progress_ts)

@@ -78,3 +78,25 @@ def test_an_attempt_change_is_still_a_restart() -> None:
     f.attempt, f.step = 1, 10
     assert feed(d, f.idle(20) + f.steps(40)) == []
     assert d.stale_steps == 0
+
+
+def _skewed_steps(f: Fleet, n: int, behind_s: float) -> list[Record]:
+    """`n` steps of `f`; the ranks of node-01 date their step records `behind_s` early and send them first."""
+    out: list[Record] = []
+    for _ in range(n):
+        step = f.steps(1)
+        behind = [msgspec.structs.replace(r, ts=r.ts - behind_s) for r in step
+                  if isinstance(r, TrainingStep) and r.node == "node-01"]
+        out += behind + [r for r in step if not (isinstance(r, TrainingStep) and r.node == "node-01")]
+    return out
+
+
+def test_a_host_an_hour_behind_makes_no_healthy_job_look_hung_and_swallows_no_real_hang() -> None:
+    f, d = Fleet(step_s=2.0), HangDetector()
+    assert feed(d, f.steps(5)) == []
+    assert feed(d, _skewed_steps(f, 150, 3600.0)) == []  # 300 s of healthy steps, far past the threshold
+    stalled_at = f.ts
+    out = feed(d, f.idle(120))
+    assert [a.kind for a in out] == ["hang"]
+    assert abs(out[0].onset - stalled_at) < 1.0  # dated by the hosts whose clocks are right
+    assert out[0].evidence["threshold_s"] < 60  # the step time was learned, not the warm-up floor
