@@ -71,9 +71,12 @@ lint: install
 typecheck: install
 	$(PY) -m mypy $(LINTED)
 
+# Both scenario sets always run (a set that misses its targets exits 1, which must not hide the other's report).
 eval: install
-	$(TG) backtest-eval scenarios/evaluation-fleet --report out/eval-fleet
-	$(TG) backtest-eval scenarios/evaluation --report out/eval
+	@status=0; \
+	$(TG) backtest-eval scenarios/evaluation-fleet --report out/eval-fleet || status=$$?; \
+	$(TG) backtest-eval scenarios/evaluation --report out/eval || status=$$?; \
+	exit $$status
 
 clean:
 	-$(TG) broker stop

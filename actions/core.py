@@ -25,6 +25,13 @@ only when the node it names signed it (`security.node_public_keys`), and
 where Kafka ACLs cannot restrict who writes incidents, only incidents the
 worker signed are acted on (`security.worker_public_keys`). Whatever fails
 is audited (`result_rejected`, `incident_rejected`) and otherwise ignored.
+An `OperatorCommand` counts only when the console signed it
+(`security.console_public_keys`, whatever else is configured: with no console
+key, none counts), it is unexpired and its id was never seen (ids are
+journaled until they expire, so a restarted act refuses a replay too);
+anything else is audited as `operator_rejected`. A node returns to the
+standby pool only on a self-check verdict act holds itself (`selfchecks` in
+the journal): a check act ran, or a result the node's own agent signed.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from typing import Protocol
 from actions.engine import DecisionEngine
 from actions.ettr import EttrAccount
 from actions.knowledge import JobKnowledge
-from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command
+from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command, record_selfcheck
 from actions.runner import PlanRunner
 from detectors.common import Bounded, bounded_evictions
 from schemas.records import (
@@ -53,7 +60,7 @@ from schemas.records import (
     Record,
     TrainingStep,
 )
-from schemas.signing import KeyRing, signed_by_node
+from schemas.signing import KeyRing, command_problem, signed_by_node
 
 log = logging.getLogger(__name__)
 OnDecision = Callable[[Incident, Decision], None]
@@ -103,7 +110,9 @@ class ActCore:
                  metrics: ActMetrics | None = None, ettr: EttrAccount | None = None,
                  on_decision: OnDecision | None = None, plan_workers: int = 4, max_jobs: int = 4096,
                  operator_max_age_s: float = DEFAULT_MAX_AGE_S, node_keys: KeyRing | None = None,
-                 worker_keys: KeyRing | None = None, durable: Callable[[], object] | None = None) -> None:
+                 worker_keys: KeyRing | None = None, durable: Callable[[], object] | None = None,
+                 clock: Callable[[], float] = time.time, record_skew_s: float = 600.0,
+                 console_keys: KeyRing | None = None, max_clock_skew_s: float = 30.0) -> None:
         self.engine = engine
         self.runner = runner
         self.knowledge = knowledge
@@ -122,6 +131,10 @@ class ActCore:
         self.node_keys = node_keys or KeyRing()  # who may sign results (each node its own)
         self.worker_keys = worker_keys or KeyRing()  # empty: incidents trusted by Kafka ACLs alone
         self.durable = durable or (lambda: None)  # waits until the journal is mirrored (streams.act.state_mirror)
+        self.clock = clock  # act's receive time: the only time the rails run on
+        self.record_skew_s = record_skew_s
+        self.console_keys = console_keys or KeyRing()  # empty: no operator command is ever applied
+        self.max_clock_skew_s = max_clock_skew_s
 
     def save_state(self) -> None:
         """Journal what observing records changed and is not journaled as it happens (ETTR); the loop
@@ -145,15 +158,38 @@ class ActCore:
             return signed_by_node(self.node_keys, value, headers, record.node)
         if isinstance(record, Incident) and self.worker_keys:
             return self.worker_keys.check(value, headers)[1]
+        if isinstance(record, OperatorCommand):
+            return self._operator_problem(record, value, headers)
         return ""
 
+    def _operator_problem(self, command: OperatorCommand, value: bytes,
+                          headers: Sequence[tuple[str, bytes]] | None) -> str:
+        """Why an operator command is not the console's ("" if it is); a trusted id is journaled as seen."""
+        if not self.console_keys:
+            return "no console key configured (security.console_public_keys): operator commands are refused"
+        problem = self.console_keys.check(value, headers)[1]
+        if problem:
+            return problem
+        journal = self.runner.journal
+        with self.runner.lock:
+            seen = journal.get_state("operator_seen")
+            now = self.runner.clock()
+            problem = command_problem(command, now=now, seen=seen, max_skew_s=self.max_clock_skew_s)
+            if not problem:
+                keep = {cid: exp for cid, exp in seen.items() if float(exp) + self.max_clock_skew_s >= now}
+                journal.put_state("operator_seen", {**keep, command.id: command.expires})
+        return problem
+
     def _reject(self, record: Record, problem: str, topic: str, offset: int) -> None:
-        is_result = isinstance(record, ActionResult)
+        event = {ActionResult: "result_rejected", OperatorCommand: "operator_rejected"}.get(type(record),
+                                                                                             "incident_rejected")
         subject = record.command_id if isinstance(record, ActionResult) else getattr(record, "id", "")
-        self.publish(AuditEntry(ts=time.time(), event="result_rejected" if is_result else "incident_rejected",
-                                subject_id=subject, actor="trainguard-act",
-                                detail={"job": getattr(record, "job", ""), "node": getattr(record, "node", ""),
-                                        "reason": problem, "topic": topic, "offset": offset}))
+        detail = {"job": getattr(record, "job", ""), "node": getattr(record, "node", ""),
+                  "reason": problem, "topic": topic, "offset": offset}
+        if isinstance(record, OperatorCommand):  # what the unverified command claimed, for the audit trail
+            detail.update(verb=record.verb, claimed_operator=record.operator, target=record.subject_id)
+        self.publish(AuditEntry(ts=time.time(), event=event, subject_id=subject, actor="trainguard-act",
+                                detail=detail))
 
     def observe(self, record: Record) -> None:
         """Apply one state record (checkpoint, topology, step, agent result); journaled before return."""
@@ -167,6 +203,8 @@ class ActCore:
         elif isinstance(record, ActionResult):
             with self._lock:
                 self.ettr.observe(record)
+            if record.action == "self_check" and record.node:  # trusted: signed by that very node
+                self._note_selfcheck([record.node], passed=record.status == "ok", source=record.command_id)
             self.publish(AuditEntry(ts=record.ts, event="action_result", subject_id=record.command_id,
                                     actor=record.node or "agent",
                                     detail={"job": record.job, "action": record.action, "status": record.status,
@@ -182,9 +220,13 @@ class ActCore:
         with runner.lock:
             runner._save_state()  # the journal's rails blob now mirrors the live rails exactly
             decision = runner.journal.get(command.subject_id) if command.verb in ("approve", "reject") else None
+            checks = runner.journal.get_state("selfchecks")
             out = apply_operator_command(command, rails=runner.journal.get_state("rails"), decision=decision,
-                                         now=time.time(), max_age_s=self.operator_max_age_s)
+                                         now=runner.clock(), max_age_s=self.operator_max_age_s, checks=checks)
             if out.applied:
+                if command.verb == "return_node":  # the pass is used up: an evicted-again node needs a new one
+                    runner.journal.put_state("selfchecks", {n: v for n, v in checks.items()
+                                                            if n != command.subject_id})
                 runner.journal.put_state("rails", out.rails)
                 runner._load_state()
                 if out.decision is not None and out.decision is not decision:
@@ -192,6 +234,13 @@ class ActCore:
         self.publish(out.audit)
         if out.applied and command.verb == "approve":
             self.resume()  # the approved plan runs now, not at the next timer tick
+
+    def _note_selfcheck(self, nodes: list[str], *, passed: bool, source: str) -> None:
+        """Journal the newest self-check verdict of `nodes` (what a node return is judged on)."""
+        journal = self.runner.journal
+        with self.runner.lock:
+            journal.put_state("selfchecks", record_selfcheck(journal.get_state("selfchecks"), nodes, passed=passed,
+                                                             source=source, now=self.runner.clock()))
 
     def show_rails(self) -> None:
         """Publish the breaker, standby pool and evicted nodes when they changed (the console's view)."""
@@ -213,6 +262,7 @@ class ActCore:
         The plan is handed to the pool: the caller may commit the incident's offset
         as soon as this returns.
         """
+        self._check_date(incident)
         with self._lock:
             self.ettr.observe(incident)
         decision = self.engine.decide(incident)
@@ -227,6 +277,19 @@ class ActCore:
         else:
             self.on_decision(incident, admitted)
         return admitted
+
+    def _check_date(self, incident: Incident) -> None:
+        """Audit an incident dated far from act's clock: a wrong clock or a forger trying to move a window.
+
+        It is still decided on (a real fault on a node with a bad clock must not be ignored);
+        the breaker and cooldowns count it at act's time of receipt, whatever its date says.
+        """
+        skew = incident.ts - self.clock()
+        if abs(skew) > self.record_skew_s:
+            self.publish(AuditEntry(ts=self.clock(), event="record_clock_skew", subject_id=incident.id,
+                                    actor="trainguard-act",
+                                    detail={"job": incident.job, "kind": incident.kind, "record_ts": incident.ts,
+                                            "skew_s": round(skew, 3), "bound_s": self.record_skew_s}))
 
     # ------------------------------------------------------------ plans
 
@@ -277,6 +340,10 @@ class ActCore:
     def _account(self, decision: Decision, final: Decision) -> None:
         for result in self.runner.journal.steps(decision.id):
             self.metrics.acted(action=result.action, status=result.status)
+            machines = result.details.get("machines")
+            if result.action == "self_check" and isinstance(machines, list):  # a check act itself ran
+                self._note_selfcheck([str(m) for m in machines], passed=result.status == "ok",
+                                     source=result.command_id)
         rails = self.runner.rails
         self.metrics.rails(breaker_tripped=rails.breaker.tripped, pool_size=rails.pool.size)
         with self._lock:

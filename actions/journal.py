@@ -172,17 +172,22 @@ class Journal:
                 self._put(key, value)
 
     @_locked
-    def record_intent(self, decision_id: str, idx: int, command: ActionCommand) -> None:
-        """Journal a signed command before it is sent: its rails were passed.
+    def record_intent(self, decision_id: str, idx: int, command: ActionCommand,
+                      state: dict[str, dict[str, Any]] | None = None) -> None:
+        """Journal a signed command before it is sent, with the rails' reservation for it (`state`).
 
         A consumer killed after sending resumes by re-sending this very command
         (same id, so the agent de-duplicates) instead of asking the rails again,
         which would now refuse it (the node is in cooldown since the first send).
+        The reservation goes in the same transaction: a restarted act still counts
+        the nodes a command may have reached.
         """
         with self._tx():
             body = self._codec.encode(command)
             self._db.execute("INSERT OR REPLACE INTO intents VALUES (?,?,?)", (decision_id, idx, body))
             self._touch(f"intent/{decision_id}/{idx}", body)
+            for key, value in (state or {}).items():
+                self._put(key, value)
 
     @_locked
     def intent(self, decision_id: str, idx: int) -> ActionCommand | None:

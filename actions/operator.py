@@ -12,10 +12,18 @@ or stale command is judged by its own timestamp against the `now` it is given.
 Why each guard:
 * a command older than `max_age_s` is refused: a consumer group reading the
   operator topic from the start must not re-apply last week's breaker reset;
+  so is one dated more than `max_age_s` ahead of act's clock (`now`, act's
+  receive time), which would otherwise stay fresh for ever;
 * approve and reject act only on a decision still awaiting approval, so a
   duplicate click or a redelivered command changes nothing;
-* a node goes back to the standby pool only with a passing self-check report
-  that names it, never on someone's word (as `trainguard actions return-node`).
+* a node goes back to the standby pool only on a passing self-check that act
+  itself holds (`checks`: a check act ran, or a result the node's own agent
+  signed), never on a report carried in the command: whoever can write the
+  operator topic could write `{"passed": true}`. A return uses the pass up,
+  so a node evicted again needs a new check.
+
+Who may send a command at all is decided before this module is reached: act
+verifies the console's signature (`actions.core.ActCore.trusts`).
 """
 
 from __future__ import annotations
@@ -43,16 +51,22 @@ class OperatorOutcome:
 
 
 def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], decision: Decision | None,
-                           now: float, max_age_s: float = DEFAULT_MAX_AGE_S) -> OperatorOutcome:
+                           now: float, max_age_s: float = DEFAULT_MAX_AGE_S,
+                           checks: dict[str, Any] | None = None) -> OperatorOutcome:
     """The new rails state and decision after `command`; inputs are not modified.
 
     `rails` is the journal's `"rails"` blob (`breaker`, `pool`, `evicted` ...);
-    `decision` is the journaled decision `command.subject_id` names, if any.
+    `decision` is the journaled decision `command.subject_id` names, if any;
+    `checks` is act's own latest self-check verdict per node
+    (`{node: {"passed": bool, ...}}`, see `record_selfcheck`).
     """
     state = copy.deepcopy(rails)
     if now - command.ts > max_age_s:
         return _outcome(command, False, f"refused: command is {now - command.ts:.0f}s old (max {max_age_s:g}s)",
                         state, decision, now)
+    if command.ts - now > max_age_s:  # dated ahead of act's clock: it would stay "fresh" for ever
+        return _outcome(command, False, f"refused: command is dated {command.ts - now:.0f}s ahead of act's clock "
+                        f"(max {max_age_s:g}s)", state, decision, now)
     if command.verb in ("approve", "reject"):
         return _decide(command, state, decision, now)
     if command.verb == "reset_breaker":
@@ -60,7 +74,7 @@ def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], d
         was = f"was tripped: {breaker.get('reason', '')}" if breaker.get("tripped") else "was not tripped"
         state["breaker"] = {"tripped": False, "reason": "", "evictions": []}
         return _outcome(command, True, f"circuit breaker reset ({was})", state, decision, now)
-    return _return_node(command, state, decision, now)
+    return _return_node(command, state, decision, now, checks or {})
 
 
 def passing_selfcheck(report: dict[str, Any], node: str) -> bool:
@@ -83,11 +97,23 @@ def _decide(command: OperatorCommand, state: dict[str, Any], decision: Decision 
     return _outcome(command, True, f"{verb} by {command.operator}{why}", state, updated, now)
 
 
+def record_selfcheck(checks: dict[str, Any], nodes: list[str], *, passed: bool, source: str,
+                     now: float) -> dict[str, Any]:
+    """`checks` with the newest verdict of each of `nodes` (a failing check replaces a pass); a copy."""
+    out = dict(checks)
+    for node in nodes:
+        out[node] = {"passed": passed, "source": source, "ts": now}
+    return out
+
+
 def _return_node(command: OperatorCommand, state: dict[str, Any], decision: Decision | None,
-                 now: float) -> OperatorOutcome:
+                 now: float, checks: dict[str, Any]) -> OperatorOutcome:
     node = command.subject_id
-    if not passing_selfcheck(command.report, node):
-        return _outcome(command, False, f"{node} stays out: no passing self-check report of it", state, decision, now)
+    verdict = checks.get(node)
+    if not isinstance(verdict, dict) or verdict.get("passed") is not True:
+        why = "its latest self-check failed" if isinstance(verdict, dict) else "act holds no self-check of it"
+        return _outcome(command, False, f"{node} stays out: {why} (a report in the request counts for nothing)",
+                        state, decision, now)
     pool = state.setdefault("pool", {"spares": [], "swaps": {}})
     spares = pool.setdefault("spares", [])
     if node in spares:

@@ -70,8 +70,8 @@ class PlanRunner:
                  durable: Callable[[], object] | None = None, fanout: FanOut | None = None) -> None:
         self.journal = journal
         self.rails = rails
-        # Plans of different jobs run on threads; rails and bookkeeping change only under this
-        # lock, which is released while an executor waits for agents (seconds to minutes).
+        # Plans of different jobs run on threads; rails, journal and bookkeeping change only in
+        # `with self.lock` blocks, none of which spans an executor's wait for agents.
         self.lock = threading.RLock()
         self.routes = executors if isinstance(executors, Routes) else Routes(executors)
         self.sink = sink
@@ -84,6 +84,9 @@ class PlanRunner:
         # same `attempt` as the nodes that stay, or detectors would see two jobs' worth of steps.
         self.reported_attempt = reported_attempt or (lambda job: 0)
         self.attempts: Bounded[str, int] = Bounded(max_jobs)
+        # Per job, every (replaced node, spare) swap in order: the job's members are its topology
+        # with these applied, whatever the pool did since (a returned node is no member again).
+        self.replacements: Bounded[str, list[tuple[str, str]]] = Bounded(max_jobs)
         # Blocks until what the journal holds is also durable elsewhere (the act-state topic):
         # a command goes out only once its intent, and the decision behind it, would survive
         # the loss of this machine.
@@ -106,24 +109,34 @@ class PlanRunner:
                                               "dry_run": decision.dry_run, "plan": [s.action for s in decision.plan]})
         return decision
 
-    @_locked
     def run(self, decision: Decision) -> Decision:
-        """Execute (or resume) a planned decision; return it with its final status."""
+        """Execute (or resume) a planned decision; return it with its final status.
+
+        One lock discipline: every read and change of the rails, the journal and the
+        bookkeeping happens inside a `with self.lock` block of this method, and no block
+        ever spans an executor's wait for agents, so plans of other jobs go on meanwhile.
+        A step's breaker reservation is taken in the block that journals its intent and
+        settled in the block that journals its result.
+        """
         if decision.dry_run or decision.status != "planned":
             return decision
-        if missing := self._unhandled(decision):
-            return self._finish(decision, "failed", missing)
+        with self.lock:
+            if missing := self._unhandled(decision):
+                return self._finish(decision, "failed", missing)
         results: dict[int, ActionResult] = {}
         status = "executed"
         for idx, step in enumerate(decision.plan):
-            done = self.journal.step_result(decision.id, idx)
-            if done is None:
-                sent = self.journal.intent(decision.id, idx)
-                done = self._resend(decision, idx, step, sent) if sent else self._step(decision, idx, step, results)
-                self.journal.record_step(decision.id, idx, done, state={"rails": self._state()})
-                self._audit("result", done.command_id, {"decision": decision.id, "step": idx,
-                                                        "action": step.action, "status": done.status,
-                                                        "message": done.message, "details": done.details})
+            with self.lock:
+                done = self.journal.step_result(decision.id, idx)
+                todo = None if done is not None else self._prepare(decision, idx, step, results)
+            if isinstance(todo, _Send):
+                result = self._send(step, todo)  # no lock held: agents may take minutes
+                with self.lock:
+                    done = self._settle(decision, idx, step, todo.command, result)
+            elif todo is not None:
+                with self.lock:
+                    done = self._journal_step(decision, idx, step, todo)
+            assert done is not None
             results[idx] = done
             if done.status == "rejected" and step.action in REMOVES_NODE:
                 status = "blocked"
@@ -131,7 +144,16 @@ class PlanRunner:
             if done.status in ("failed", "rejected") and step.action in STOP_PLAN_ON_FAILURE:
                 status = "failed"
                 break
-        return self._finish(decision, status)
+        with self.lock:
+            return self._finish(decision, status)
+
+    def _journal_step(self, decision: Decision, idx: int, step: PlannedAction, done: ActionResult) -> ActionResult:
+        """Journal a step's result with the rails it changed, in one transaction; audit it."""
+        self.journal.record_step(decision.id, idx, done, state={"rails": self._state()})
+        self._audit("result", done.command_id, {"decision": decision.id, "step": idx, "action": step.action,
+                                                "status": done.status, "message": done.message,
+                                                "details": done.details})
+        return done
 
     def _unhandled(self, decision: Decision) -> list[str]:
         """The actions of the steps still to run that no enabled executor handles (journaled as failed)."""
@@ -191,8 +213,16 @@ class PlanRunner:
 
     # ------------------------------------------------------------ one step
 
-    def _step(self, decision: Decision, idx: int, step: PlannedAction,
-              results: dict[int, ActionResult]) -> ActionResult:
+    def _prepare(self, decision: Decision, idx: int, step: PlannedAction,
+                 results: dict[int, ActionResult]) -> ActionResult | _Send:
+        """A step's result when it needs no command, else the command to send (caller holds the lock).
+
+        A command journaled before a restart is sent again as it was: its rails were
+        passed and its reservation is in the journaled rails state.
+        """
+        sent = self.journal.intent(decision.id, idx)
+        if sent is not None:
+            return _Send(sent, list(sent.nodes))
         if step.when is not None and (ended := results.get(step.when.step, _NONE).status) != step.when.status:
             return self._result(decision, idx, step.action, "skipped",
                                 f"step {step.when.step} ended {ended}, not {step.when.status}; not needed")
@@ -206,14 +236,6 @@ class PlanRunner:
             return self._swap(decision, idx, nodes)
         if step.action == "none":
             return self._result(decision, idx, "none", "ok", "nothing to do")
-        if step.action in REMOVES_NODE:
-            verdict = self.rails.cooldown.check(nodes, ts=decision.ts)
-            if verdict.allowed:
-                verdict = self.rails.breaker.check(job=decision.job, nodes=nodes, job_size=self._job_size(decision.job),
-                                                   ts=decision.ts)
-            if not verdict.allowed:
-                self._audit("blocked", decision.id, {"step": idx, "reason": verdict.reason, "nodes": nodes})
-                return self._result(decision, idx, step.action, "rejected", verdict.reason)
         params = dict(step.params)
         if step.action in RESTARTS_JOB:
             params["exclude_nodes"] = sorted(self.evicted.get(decision.job, set()))
@@ -228,40 +250,70 @@ class PlanRunner:
             why = f"no target node could be resolved for {step.action} (job {decision.job or '?'} topology unknown)"
             self._audit("escalation", decision.id, {"incident": decision.incident_id, "step": idx, "reason": why})
             return self._result(decision, idx, step.action, "failed", why + "; nothing sent, escalated")
+        command_id, now = new_command_id(f"{decision.id}-{idx}"), self.clock()
+        if step.action in REMOVES_NODE:
+            if blocked := self._reserve(decision, idx, nodes, command_id, now):
+                return self._result(decision, idx, step.action, "rejected", blocked)
         # Agent commands name exactly the agents that must act: an evicted node's agent must not restart.
         addressed = nodes if step.action in CLUSTER_ACTIONS else targets
-        command = self._command(decision, idx, step.action, addressed, step.ranks, params)
-        self.journal.record_intent(decision.id, idx, command)
-        return self._resend(decision, idx, step, command, targets=targets)
+        command = self._command(decision, idx, step.action, addressed, step.ranks, params, command_id, now)
+        self.journal.record_intent(decision.id, idx, command, state={"rails": self._state()})
+        return _Send(command, targets)
 
-    def _resend(self, decision: Decision, idx: int, step: PlannedAction, command: ActionCommand, *,
-                targets: list[str] | None = None) -> ActionResult:
-        """Send a step's (journaled) command and apply its effects once it succeeded.
+    def _reserve(self, decision: Decision, idx: int, nodes: list[str], command_id: str, now: float) -> str:
+        """Pass the cooldown and count the nodes in the breaker in one step; why not ("" if reserved)."""
+        verdict = self.rails.cooldown.check(nodes, ts=now)
+        if verdict.allowed:
+            verdict = self.rails.breaker.reserve(job=decision.job, nodes=nodes, job_size=self._job_size(decision.job),
+                                                 now=now, tag=command_id)
+        if not verdict.allowed:
+            self._audit("blocked", decision.id, {"step": idx, "reason": verdict.reason, "nodes": nodes})
+            return verdict.reason
+        self.rails.cooldown.record(nodes, ts=now)
+        self._audit("reserved", command_id, {"decision": decision.id, "step": idx, "nodes": nodes})
+        return ""
+
+    def _send(self, step: PlannedAction, todo: _Send) -> ActionResult:
+        """Hand a journaled command to its executor and wait for its result (no lock held).
 
         Also the resume path after a crash between send and result: the same signed
         command goes out again, the agent or scheduler answers "already done", and that
         counts as done, so the node is recorded as evicted all the same.
         """
-        targets = list(command.nodes) if targets is None else targets  # a command names exactly its targets
+        command = todo.command
         executor = self.routes.for_action(step.action)
         if executor is None:  # checked before the plan started; only a config change mid-plan gets here
-            return self._result(decision, idx, step.action, "failed", f"no enabled executor handles {step.action}")
-        self.lock.release()  # held once, by `run`: other jobs' plans go on while this one waits
-        try:
-            self.durable()
-            if step.action in DIAGNOSES:
-                result = self.fanout.run(executor, command, targets)
-            else:
-                result = executor.execute(command, targets=targets)
-        finally:
-            self.lock.acquire()
+            return ActionResult(ts=self.clock(), command_id=command.id, action=command.action, status="rejected",
+                                message=f"no enabled executor handles {step.action}", job=command.job)
+        self.durable()  # the intent and its reservation would survive the loss of this machine
+        if step.action in DIAGNOSES:
+            return self.fanout.run(executor, command, todo.targets)
+        return executor.execute(command, targets=todo.targets)
+
+    def _settle(self, decision: Decision, idx: int, step: PlannedAction, command: ActionCommand,
+                result: ActionResult) -> ActionResult:
+        """Apply a sent command's effects and journal its result (caller holds the lock).
+
+        The breaker's reservation is given back only for nodes that certainly did not act
+        (refused before sending, or their agent's signed answer says it did nothing); a node
+        that never answered stays counted, in cooldown, for the window, and the plan stops
+        (evictions stop it on failure) with an escalation naming the silent nodes.
+        """
         if isinstance(command.params.get("attempt"), int):  # the generation this restart started
             self.attempts[decision.job] = max(self.attempts.get(decision.job, 0), command.params["attempt"])
-        if step.action in REMOVES_NODE and result.status == "ok":
-            self.rails.breaker.record(job=decision.job, nodes=command.nodes, ts=decision.ts)
-            self.rails.cooldown.record(command.nodes, ts=decision.ts)
-            self.evicted[decision.job] = self.evicted.get(decision.job, set()) | set(command.nodes)
-        return result
+        if step.action in REMOVES_NODE:
+            if quiet := _did_nothing(command, result):
+                self.rails.breaker.release(command.id, quiet)
+                self.rails.cooldown.release(quiet, ts=command.ts)
+                self._audit("reservation_released", command.id, {"decision": decision.id, "nodes": quiet})
+            if result.status == "ok":
+                self.evicted[decision.job] = self.evicted.get(decision.job, set()) | set(command.nodes)
+            elif silent := [n for n in command.nodes if n not in quiet]:
+                self._audit("escalation", decision.id, {
+                    "incident": decision.incident_id, "step": idx, "nodes": silent,
+                    "reason": f"{step.action} of {', '.join(silent)} ended {result.status} without a word that "
+                              "they did nothing: they stay counted by the breaker and in cooldown for the window"})
+        return self._journal_step(decision, idx, step, result)
 
     def _nodes_for(self, decision: Decision, step: PlannedAction, results: dict[int, ActionResult]) -> list[str] | None:
         ref = step.targets_from
@@ -283,19 +335,18 @@ class PlanRunner:
         except PoolExhausted as exc:
             self._audit("standby_exhausted", decision.id, {"replaced": swaps, "pool_size": 0})
             return self._result(decision, idx, "swap_standby", "skipped", str(exc), {"swaps": swaps})
+        self.replacements[decision.job] = [*self.replacements.get(decision.job, []), *swaps.items()]
         return self._result(decision, idx, "swap_standby", "ok", f"swapped in {', '.join(swaps.values())}",
                             {"swaps": swaps, "pool_size": self.rails.pool.size})
 
     def _targets(self, job: str, action: str, nodes: list[str]) -> list[str]:
-        if action in CLUSTER_ACTIONS:
-            return nodes
-        if nodes:
+        if action in CLUSTER_ACTIONS or nodes:
             return nodes
         topo = self.topologies.get(job)
         if topo is None:
             return []
-        gone = self.evicted.get(job, set())
-        return [n for n in topo.nodes if n not in gone] + [s for s, n in self.rails.pool.swaps.items() if n in gone]
+        return job_members(topo.nodes, self.replacements.get(job, []), gone=self.evicted.get(job, set()),
+                           ready_spares=set(self.rails.pool.spares))
 
     def _next_attempt(self, job: str) -> int:
         nxt = max(self.attempts.get(job, 0), self.reported_attempt(job)) + 1
@@ -308,8 +359,8 @@ class PlanRunner:
         return len(topo.nodes) if topo else 0
 
     def _command(self, decision: Decision, idx: int, action: str, nodes: list[str], ranks: list[int],
-                 params: dict[str, Any]) -> ActionCommand:
-        command = ActionCommand(ts=self.clock(), id=new_command_id(f"{decision.id}-{idx}"),
+                 params: dict[str, Any], command_id: str, now: float) -> ActionCommand:
+        command = ActionCommand(ts=now, id=command_id,
                                 action=action,  # type: ignore[arg-type]
                                 job=decision.job, nodes=nodes, ranks=ranks, params=params,
                                 decision_id=decision.id, incident_id=decision.incident_id)
@@ -334,6 +385,8 @@ class PlanRunner:
             self.evicted[job] = set(nodes)
         for job, attempt in state.get("attempts", {}).items():
             self.attempts[job] = int(attempt)
+        for job, swaps in state.get("replacements", {}).items():
+            self.replacements[job] = [(str(old), str(new)) for old, new in swaps]
 
     def _save_state(self) -> None:
         self.journal.put_state("rails", self._state())
@@ -341,10 +394,56 @@ class PlanRunner:
     def _state(self) -> dict[str, Any]:
         return {"breaker": self.rails.breaker.snapshot(), "pool": self.rails.pool.snapshot(),
                 "cooldown": self.rails.cooldown.snapshot(),
-                "evicted": {j: sorted(ns) for j, ns in self.evicted.items()}, "attempts": dict(self.attempts)}
+                "evicted": {j: sorted(ns) for j, ns in self.evicted.items()}, "attempts": dict(self.attempts),
+                "replacements": {j: [list(p) for p in ps] for j, ps in self.replacements.items()}}
 
 
 _NONE = ActionResult(ts=0.0, command_id="", action="none", status="skipped")
+_NOTHING_DONE = ("rejected", "skipped")  # statuses that say a node (or the executor) did not act
+
+
+@dataclass(frozen=True)
+class _Send:
+    """A journaled command about to go out, and the nodes expected to answer it."""
+
+    command: ActionCommand
+    targets: list[str]
+
+
+def job_members(nodes: list[str], replacements: list[tuple[str, str]], *, gone: set[str],
+                ready_spares: set[str]) -> list[str]:
+    """The nodes a job runs on now: its (possibly stale) topology with every swap applied in order.
+
+    Each node appears at most once and every swapped-in spare is included; a node
+    evicted without a spare, or back in the standby pool, is no member. Applying a
+    swap is idempotent, so a topology that already lists a spare changes nothing.
+
+    >>> job_members(["n1", "n2", "n3", "n4"], [("n2", "s0"), ("n4", "n2")], gone={"n4"}, ready_spares=set())
+    ['n1', 's0', 'n3', 'n2']
+    >>> job_members(["n1", "s0", "n3", "n2"], [("n2", "s0"), ("n4", "n2")], gone={"n4"}, ready_spares=set())
+    ['n1', 's0', 'n3', 'n2']
+    """
+    members = list(dict.fromkeys(nodes))
+    for old, new in replacements:
+        if old in members:
+            members[members.index(old)] = new
+            members = list(dict.fromkeys(members))
+        elif new not in members:
+            members.append(new)
+    return [n for n in members if n not in ready_spares and n not in gone]
+
+
+def _did_nothing(command: ActionCommand, result: ActionResult) -> list[str]:
+    """The nodes of `command` that certainly did not act, judging by `result`.
+
+    Agents' answers come per node (`per_node`); an executor that refused before
+    sending anything answers once, "rejected", with no per-node word. A node
+    missing from `per_node` never answered: it may still act, so it is not here.
+    """
+    per_node = result.details.get("per_node")
+    if isinstance(per_node, dict) and per_node:
+        return [n for n in command.nodes if per_node.get(n) in _NOTHING_DONE]
+    return list(command.nodes) if result.status in _NOTHING_DONE else []
 
 
 def _failed_groups(result: ActionResult | None) -> list[int]:

@@ -92,6 +92,9 @@ class ActionSettings(BaseModel):
     operator_max_age_s: float = Field(300.0, gt=0, description="console operator commands older than this are "
                                       "refused (a re-read topic must not re-apply old ones)")
     command_timeout_s: float = Field(120.0, gt=0, description="how long to wait for agents' results")
+    record_skew_s: float = Field(600.0, gt=0, description="an incident dated farther than this from act's clock "
+                                 "is audited (record_clock_skew); breaker windows and cooldowns run on act's "
+                                 "clock only, so no record's date can open or close one")
     retry_window_s: float = Field(3600.0, gt=0, description="a second unknown fault within this escalates")
     network_confirmations: int = Field(2, ge=1, description="network anomalies needed before evicting")
     plan_workers: int = Field(4, ge=1, description="plans (of different jobs) executed at once")

@@ -62,10 +62,12 @@ def key_env(root: Path) -> dict[str, str]:
     """Signing keys for act and the played agents, made once, as `trainguard keys generate` does."""
     if not (root / "act.key").exists():
         generate(root, "act")
+        generate(root, "worker")  # the rig plays the worker too: act acts only on incidents it signed
         for node in NODES:
             generate(root / "nodes", node)
     return {"TRAINGUARD_SECURITY__ACT_PRIVATE_KEY": str(root / "act.key"),
-            "TRAINGUARD_SECURITY__NODE_PUBLIC_KEYS": f'["{root / "nodes"}"]'}
+            "TRAINGUARD_SECURITY__NODE_PUBLIC_KEYS": f'["{root / "nodes"}"]',
+            "TRAINGUARD_SECURITY__WORKER_PUBLIC_KEYS": f'["{root / "worker.pub"}"]'}
 
 
 class Rig:
@@ -74,6 +76,7 @@ class Rig:
     def __init__(self, servers: str, topics: Topics, keys: Path) -> None:
         self.servers, self.topics, self.codec = servers, topics, Codec()
         self.signers = {node: load_signer(keys / "nodes" / f"{node}.key") for node in NODES}
+        self.worker = load_signer(keys / "worker.key")
         self.producer = KafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=0, retries=50,
                                       reconnect_backoff_max_ms=500)
         self.first_command: dict[str, float] = {}
@@ -84,7 +87,8 @@ class Rig:
     def send(self, record: Record) -> None:
         value = self.codec.encode(record)
         node = getattr(record, "node", "")
-        headers = self.signers[node].headers(value) if isinstance(record, ActionResult) else None
+        headers = (self.signers[node].headers(value) if isinstance(record, ActionResult)
+                   else self.worker.headers(value) if isinstance(record, Incident) else None)
         self.producer.send(self.topics.for_record(record), key=key_for(record), value=value, headers=headers)
 
     def watch(self) -> None:

@@ -12,6 +12,10 @@ hang or slowdown of a job that already has an open hw_fault, network,
 user_error, nan or sdc incident (same job, or a node in common) is that
 incident's consequence; it is absorbed into it (listed in its
 `anomaly_ids`) instead of triggering a second, wrong recovery.
+
+A *transient* finding (`evidence.persistence == "transient"`: a fail-slow
+episode that recovered before it persisted, see `detectors.persistence`)
+is a counted node event, never an incident: nothing is evicted for it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from detectors.base import anomaly_id
+from detectors.persistence import TRANSIENT
 from schemas.records import Anomaly, Incident
 
 CAUSES = frozenset({"hw_fault", "network", "user_error", "nan", "sdc"})
@@ -82,6 +87,8 @@ class IncidentCorrelator:
     def add(self, anomaly: Anomaly) -> list[Incident]:
         """Absorb one anomaly; return the incident it opens, if it opens one."""
         self.expire(anomaly.ts)
+        if anomaly.evidence.get("persistence") == TRANSIENT:
+            return []  # noted and counted by its detector; a blip that recovered is no fault to act on
         key = (_scope(anomaly), anomaly.kind)
         current = self._open.get(key)
         if current is None and anomaly.kind in SYMPTOMS:

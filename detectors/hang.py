@@ -62,7 +62,7 @@ class _Job(Snapshottable):
     __slots__ = ("max_step", "attempt", "progress_ts", "intervals", "paused_by", "alive_ts", "fired",
                  "rank_step", "rank_node", "rank_beat", "stacks", "pause_ts", "pause_phase", "pauses", "announced",
                  "exit_ts", "pause_step", "pause_key", "resumed", "nodes", "spinning", "spin_ts", "saving",
-                 "last_pause")
+                 "last_pause", "pause_progress")
 
     def __init__(self, ts: float) -> None:
         self.max_step = -1
@@ -89,6 +89,7 @@ class _Job(Snapshottable):
         self.spin_ts: float | None = None  # since when every node of the job spins
         self.saving = False  # a checkpoint started and not yet saved
         self.last_pause: tuple[int, frozenset[str]] = (-1, frozenset())  # the step and phases of the last pause
+        self.pause_progress: float | None = None  # the newest checkpoint copy completed during the pause
 
 
 class HangDetector(Detector):
@@ -113,7 +114,7 @@ class HangDetector(Detector):
         warmup_steps: int = 5,
         alive_s: float = 60.0,
         collapse_bps: float = 1e6,
-        max_pause_s: float = 900.0,
+        max_pause_s: float = 540.0,
         exit_grace_s: float = 120.0,
         skew_s: float = 2.0,
         pause_mult: float = 1.5,
@@ -171,6 +172,9 @@ class HangDetector(Detector):
     @on(CheckpointEvent)
     def _checkpoint(self, record: CheckpointEvent) -> None:
         job = self._job(record.job, record.ts)
+        if record.tier and record.status == "saved" and job.paused_by is not None:
+            job.pause_progress = record.ts  # a rank's copy landed: the write moves, slowly perhaps, but moves
+            return
         job.saving = record.status == "started"
         if job.saving:  # "saved" ends nothing: an async save finishes while steps run
             self._phase(job, "checkpointing", record.rank, record.ts, record.step)
@@ -291,6 +295,7 @@ class HangDetector(Detector):
             job.pause_ts, job.pause_phase, job.announced = ts, phase, announced
             job.pause_step, job.pause_key = max(job.max_step, step), frozenset((phase,))
             job.resumed = set()
+            job.pause_progress = None
         else:
             if phase in ENDED or (job.pause_phase in ENDED and phase == "init"):
                 job.pause_phase = phase  # a job that says it stopped is not hung in the pause it was in
@@ -313,7 +318,7 @@ class HangDetector(Detector):
         if job.pause_key & MEASURED_PAUSES and job.announced:
             key = _key(job.pause_key) + ("/async" if job.saving else "")
             if key not in job.pauses:
-                job.pauses[key] = Rolling(8)
+                job.pauses[key] = Rolling(32)  # slow checkpoints are rare: remember enough to have seen one
             job.pauses[key].add(ts - job.pause_ts)
         job.last_pause = (job.pause_step, job.pause_key)
         job.paused_by = None
@@ -326,15 +331,27 @@ class HangDetector(Detector):
 
         Learned from the job's earlier confirmed pauses of the same kind (for
         a kind not seen yet, say checkpoint then eval, the sum of its phases'
-        longest pauses): a margin over the longest recent one, as pause lengths vary with what is saved or
-        evaluated; shorter when the stacks taken during the pause split into
-        a majority and outliers.
+        longest pauses): `pause_mult` over the longest recent one, as pause
+        lengths vary with what is saved or evaluated -- when there is
+        evidence that the pause is stuck: stacks taken during it split into a
+        majority and outliers. Time
+        alone convicts no pause before `max_pause_s` (540 s: a checkpoint to
+        a loaded shared filesystem takes minutes however fast it usually is;
+        a hung write with no other evidence is still found within ten
+        minutes), nor before `pause_mult` x the job's own longest pause of
+        that kind (of its last 32) where those ran longer. Spinning GPUs with silent RDMA inside a
+        pause are caught by `tick` after the normal step threshold. A
+        checkpoint copy completing during the pause (a `CheckpointEvent`
+        "saved" of a tier) restarts the clock: the write is slow, not stuck.
         """
         longest = _allowance(job.pauses, job.pause_key)
         slack = 2 * self.skew_s
-        if outliers({r: sig for r, (t, sig) in job.stacks.items() if t >= job.pause_ts}):
-            return (max(self.floor_s, 1.2 * longest) if longest else 300.0) + slack
-        return (max(2 * self.floor_s, self.pause_mult * longest) if longest else self.max_pause_s) + slack
+        stuck = outliers({r: sig for r, (t, sig) in job.stacks.items() if t >= job.pause_ts})
+        if stuck:  # evidence: a minority stuck somewhere else than the majority
+            return (max(self.floor_s, self.pause_mult * longest) if longest else 300.0) + slack
+        # Time alone: storage is slower some days (a shared filesystem under load makes a 60 s checkpoint
+        # take five minutes), so nothing below `max_pause_s`; more only where this job's own pauses ran longer.
+        return max(self.max_pause_s, self.pause_mult * longest) + slack
 
     def threshold(self, job: _Job) -> float:
         """Seconds without progress after which this job counts as hung (host skew included)."""
@@ -353,7 +370,8 @@ class HangDetector(Detector):
                 spin = job.spin_ts if "eval" not in job.pause_key else None  # eval may spin GPUs legitimately
                 if spin is not None and ts - max(spin, job.pause_ts) > self.threshold(job):
                     onset = spin
-                elif job.pause_phase not in MEASURED_PAUSES or ts - job.pause_ts <= self.pause_limit(job, ts):
+                elif job.pause_phase not in MEASURED_PAUSES or \
+                        ts - max(job.pause_ts, job.pause_progress or job.pause_ts) <= self.pause_limit(job, ts):
                     continue
                 else:
                     onset = job.pause_ts

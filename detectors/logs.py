@@ -25,6 +25,11 @@ silent exit on every machine at once is what the job's own code or
 configuration does everywhere (a bad argument, a missing file, an exit(1)
 in user code). One node alone stays unknown: it could be its machine.
 
+A job whose ranks all die of an application CUDA error (application XIDs
+13/31/43 on every node of the job at once, none fatal nearby) is a user
+error as well, from the GPU samples alone: see `detectors.app_xid` (its
+log lines read as NCCL failures, so the log rule alone would miss it).
+
 An OOM's evidence says whether the job's `code_version` changed (as its
 checkpoint announcements report it; step records are not read, to keep the
 per-step cost down) — an OOM right after a code change is the classic case.
@@ -35,10 +40,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from detectors.app_xid import JobWideXids
 from detectors.base import Detector
 from detectors.common import Bounded, finding
 from detectors.dispatch import on
-from schemas.records import Anomaly, CheckpointEvent, LogEvent
+from schemas.records import Anomaly, CheckpointEvent, JobTopology, LogEvent, NodeGpuSample
 
 INFRA = re.compile(
     r"NCCL|ProcessGroupNCCL|c10d|Watchdog caught collective|collective operation timeout|uncorrectable ECC|"
@@ -94,7 +100,8 @@ class UserErrorDetector(Detector):
     """
 
     def __init__(self, *, instance: str = "user_error", cooldown_s: float = 120.0, silent_startup_nodes: int = 2,
-                 silent_startup_window_s: float = 120.0, max_jobs: int = 10_000) -> None:
+                 silent_startup_window_s: float = 120.0, app_xid_window_s: float = 20.0,
+                 max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)
         self.cooldown_s = cooldown_s
         self.silent_startup_nodes = silent_startup_nodes
@@ -103,6 +110,32 @@ class UserErrorDetector(Detector):
         self._infra: Bounded[str, float] = Bounded(max_jobs)  # job -> newest infra line
         self._fired: Bounded[str, float] = Bounded(max_jobs)
         self._code: Bounded[str, tuple[str, float, bool]] = Bounded(max_jobs)  # job -> (version, since, changed)
+        self.app_xid_window_s = app_xid_window_s
+        self._xids = JobWideXids(window_s=app_xid_window_s, max_jobs=max_jobs)
+
+    @on(JobTopology)
+    def _topology(self, record: JobTopology) -> None:
+        self._xids.topology(record)
+
+    @on(NodeGpuSample)
+    def _gpu_sample(self, record: NodeGpuSample) -> list[Anomaly]:
+        """Application XIDs on every node of a job at once: the job's kernels faulted, not its machines."""
+        crash = self._xids.sample(record)
+        if crash is None:
+            return []
+        job = record.job or self._xids.job_of(record.node)
+        key = job
+        last = self._fired.get(key)
+        if last is not None and record.ts - last < self.cooldown_s:
+            return []
+        self._fired[key] = record.ts
+        evidence: dict[str, Any] = {"match": crash["match"], "xid_codes": crash["codes"],
+                                    "spread_s": crash["spread_s"], "source": "gpu_sample", "exit_code": None}
+        code = self._code.get(job)
+        if code is not None:
+            evidence["code_version"] = code[0]
+        return [finding(self.instance, "user_error", ts=record.ts, onset=min(crash["onset"], record.ts), job=job,
+                        nodes=crash["nodes"], ranks=[], key=key, evidence=evidence)]
 
     @on(CheckpointEvent)
     def _checkpoint(self, record: CheckpointEvent) -> None:
@@ -159,4 +192,5 @@ class UserErrorDetector(Detector):
                         nodes=nodes or [record.node], ranks=ranks, key=key, evidence=evidence)]
 
     def state_size(self) -> int:
-        return len(self._fired) + len(self._code) + sum(len(n) for n in self._silent.values()) + len(self._infra)
+        silent = sum(len(n) for n in self._silent.values())
+        return len(self._fired) + len(self._code) + silent + len(self._infra) + self._xids.state_size()

@@ -1,19 +1,32 @@
-"""network: an RDMA port that goes down or bursts errors, confirmed twice.
+"""network: an RDMA port that goes down, or fails slow for long enough (or often enough) to evict.
 
-One bad reading is often noise (a flap during a switch firmware update, a
-counter read racing a reset), so a port counts as faulty only when it is
-seen bad in two samples within `confirm_window_s` of event time. A sample
-is bad for a port when its state is not ACTIVE, when `link_downed` grew, or
-when its error counters (symbol, receive, link-error-recovery) grew by at
-least `error_burst`. Transmit discards are congestion, not faults, and are
-left out. Counters are cumulative; a decrease is a reset, not a fault.
+*Down*: one bad reading is often noise (a flap during a switch firmware
+update, a counter read racing a reset), so a port counts as down only when
+it is seen bad in two samples within `confirm_window_s` of event time. A
+sample is bad for a port when its state is not ACTIVE or `link_downed` grew.
+The job cannot run on such a port: it is reported at once.
+
+*Fail-slow*: a sample in which a port's error counters (symbol, receive,
+link-error-recovery) grew by at least `error_burst`, or in which it carries
+a fraction of its siblings' traffic (below), is a fail-slow sighting. Such
+episodes mostly recover on their own within a minute or two, and evicting
+the node restarts its whole job, so they pass through
+`detectors.persistence`: an episode shorter than `persist_s` (default 120 s)
+becomes a *transient* anomaly (score 0, `evidence.persistence="transient"`,
+its duration and the node's count), which the correlator never turns into
+an incident; an episode lasting `persist_s`, or the `recur_n`-th episode of
+one node within `recur_window_s`, is a network fault naming the node and
+the port, with the node's history in the evidence. Transmit discards are
+congestion, not faults, and are left out. Counters are cumulative; a
+decrease is a reset, not a fault.
 
 A port can also fail *quietly*: renegotiated to a lower speed or behind a
 degraded cable, it carries a fraction of what its sibling ports on the
 same node carry, with no error at all. Collectives stripe traffic evenly
 over a node's rails, so while the siblings are busy (median at least
 `busy_bps`), a port below `degraded_ratio` of their median in
-`degraded_samples` successive samples is reported as degraded.
+`degraded_samples` successive samples is a degraded sighting, reported
+as a network fault on that port (`cause: degraded`) once it persists.
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ from __future__ import annotations
 from detectors.base import Detector
 from detectors.common import Bounded, Snapshottable, finding
 from detectors.dispatch import on
+from detectors.persistence import Persistence
 from schemas.records import Anomaly, RdmaPort, RdmaSample
 
 
@@ -45,7 +59,7 @@ def _errors(p: RdmaPort) -> int:
 
 
 class NetworkDetector(Detector):
-    """Flags RDMA ports that are down or erroring in two samples within a window.
+    """Flags RDMA ports that are down (two samples within a window) or fail slow for `persist_s` or recurrently.
 
     >>> from schemas.records import RdmaSample, RdmaPort
     >>> d = NetworkDetector(confirm_window_s=30)
@@ -66,6 +80,9 @@ class NetworkDetector(Detector):
         degraded_ratio: float = 0.5,
         degraded_samples: int = 3,
         busy_bps: float = 1e9,
+        persist_s: float = 120.0,
+        recur_n: int = 3,
+        recur_window_s: float = 3600.0,
         max_ports: int = 100_000,
     ) -> None:
         super().__init__(instance=instance)
@@ -76,6 +93,9 @@ class NetworkDetector(Detector):
         self.busy_bps = busy_bps
         self._slow: Bounded[tuple[str, str, int], list[float]] = Bounded(max_ports)  # key -> [first, n, fired]
         self._ports: Bounded[tuple[str, str, int], _Port] = Bounded(max_ports)
+        self.persist_s, self.recur_n, self.recur_window_s = persist_s, recur_n, recur_window_s
+        self._persist = Persistence(persist_s=persist_s, recur_n=recur_n, recur_window_s=recur_window_s,
+                                    gap_s=30.0, max_keys=max_ports)
         self._now = float("-inf")
 
     @on(RdmaSample)
@@ -83,18 +103,21 @@ class NetworkDetector(Detector):
         if record.ts > self._now:
             self._now = record.ts  # the stream's clock: a host running behind must not date a finding early
         out: list[Anomaly] = []
+        slow = self._degraded(record) if len(record.ports) >= 2 else {}
         for p in record.ports:
-            reason = self._check(record, p)
-            if reason is not None:
-                out.append(reason)
-        if len(record.ports) >= 2:
-            out.extend(self._degraded(record))
+            hard, grown = self._check(record, p)
+            if hard is not None:
+                out.append(hard)
+            found = self._fail_slow(record, p, grown, slow.get((p.device, p.port)))
+            if found is not None:
+                out.append(found)
         return out
 
-    def _degraded(self, sample: RdmaSample) -> list[Anomaly]:
-        """Ports carrying a fraction of their busy siblings' traffic, error-free or not."""
+    def _degraded(self, sample: RdmaSample) -> dict[tuple[str, int], tuple[bool, dict[str, float]]]:
+        """Per port compared with its busy siblings: (slow for `degraded_samples` samples, the figures);
+        ports with no busy siblings to compare with are left out (an idle link says nothing)."""
         rates = [p.tx_bps + p.rx_bps if _active(p.state) else None for p in sample.ports]
-        out: list[Anomaly] = []
+        out: dict[tuple[str, int], tuple[bool, dict[str, float]]] = {}
         for i, p in enumerate(sample.ports):
             key = (sample.node, p.device, p.port)
             rate = rates[i]
@@ -102,25 +125,52 @@ class NetworkDetector(Detector):
             if rate is None or not siblings:
                 continue
             mid = siblings[len(siblings) // 2]
+            if mid < self.busy_bps:
+                continue
             slow = self._slow.get(key)
-            if mid < self.busy_bps or rate >= self.degraded_ratio * mid:
-                if slow is not None and mid >= self.busy_bps:
-                    del self._slow[key]  # a healthy busy sample ends the episode
+            figures = {"bps": round(rate), "siblings_median_bps": round(mid), "share": round(rate / mid, 3)}
+            if rate >= self.degraded_ratio * mid:
+                if slow is not None:
+                    del self._slow[key]  # a healthy busy sample ends the run of slow ones
+                out[(p.device, p.port)] = (False, figures)
                 continue
             if slow is None:
                 self._slow[key] = slow = [sample.ts, 0.0, 0.0]
             slow[1] += 1
-            if slow[1] >= self.degraded_samples and not slow[2]:
-                slow[2] = 1.0
-                out.append(finding(
-                    self.instance, "network", ts=max(sample.ts, self._now), onset=slow[0], job=sample.job,
-                    nodes=[sample.node], key=(key, "degraded"),
-                    evidence={"node": sample.node, "device": p.device, "port": p.port, "state": p.state,
-                              "cause": "degraded", "bps": round(rate), "siblings_median_bps": round(mid),
-                              "share": round(rate / mid, 3)}))
+            out[(p.device, p.port)] = (slow[1] >= self.degraded_samples, figures)
         return out
 
-    def _check(self, sample: RdmaSample, p: RdmaPort) -> Anomaly | None:
+    def _fail_slow(self, sample: RdmaSample, p: RdmaPort, grown: int,
+                   slow: tuple[bool, dict[str, float]] | None) -> Anomaly | None:
+        """An error burst or a degraded share: evicting only once it persists or recurs (detectors.persistence)."""
+        key = (sample.node, p.device, p.port)
+        errors = grown >= self.error_burst
+        degraded = slow is not None and slow[0]
+        base = {"node": sample.node, "device": p.device, "port": p.port, "state": p.state, "error_growth": grown,
+                **(slow[1] if slow is not None else {})}
+        if errors or degraded:
+            verdict = self._persist.bad(key, sample.node, sample.ts)
+            if verdict is None:
+                return None
+            cause = "degraded" if degraded else "error_burst"
+            first_slow = self._slow.get(key)
+            onset = min(self._persist.onset(key) or sample.ts, first_slow[0] if first_slow else sample.ts)
+            return finding(self.instance, "network", ts=max(sample.ts, self._now), onset=min(onset, sample.ts),
+                           job=sample.job, nodes=[sample.node], key=(key, "fail_slow", onset),
+                           evidence={**base, "cause": cause,
+                                     **self._persist.evidence(key, sample.node, sample.ts, verdict)})
+        healthy = grown == 0 and (slow is not None or len(sample.ports) < 2)
+        if not healthy:
+            return None
+        transient = self._persist.good(key, sample.node, sample.ts, min_sightings=2)
+        if transient is None:
+            return None
+        return finding(self.instance, "network", ts=max(sample.ts, self._now), onset=transient["start"],
+                       job=sample.job, nodes=[sample.node], key=(key, "transient", transient["start"]),
+                       score=0.0, evidence={**base, "cause": "fail_slow", **transient})
+
+    def _check(self, sample: RdmaSample, p: RdmaPort) -> tuple[Anomaly | None, int]:
+        """A port down or flapping, confirmed twice; and how much its error counters grew."""
         key = (sample.node, p.device, p.port)
         state = self._ports.get(key)
         errors = _errors(p)
@@ -132,25 +182,25 @@ class NetworkDetector(Detector):
             downed = max(0, p.link_downed - state.downed)
             grown = max(0, errors - state.errors)
             state.downed, state.errors = p.link_downed, errors
-            bad = not _active(p.state) or downed > 0 or grown >= self.error_burst
+            bad = not _active(p.state) or downed > 0
         ts = sample.ts
         if not bad:
             if state.last_bad is not None and ts - state.last_bad > self.confirm_window_s:
                 state.first_bad = state.last_bad = None
                 state.fired = False
-            return None
+            return None, grown
         if state.first_bad is None or state.last_bad is None or ts - state.last_bad > self.confirm_window_s:
             state.first_bad, state.last_bad = ts, ts
-            return None
+            return None, grown
         state.last_bad = ts
         if state.fired or ts == state.first_bad:
-            return None
+            return None, grown
         state.fired = True
         return finding(
             self.instance, "network", ts=max(ts, self._now), onset=state.first_bad, job=sample.job, nodes=[sample.node],
             key=key, evidence={"node": sample.node, "device": p.device, "port": p.port, "state": p.state,
-                               "link_downed_growth": downed, "error_growth": grown},
-        )
+                               "link_downed_growth": downed, "error_growth": grown, "cause": "port_down"},
+        ), grown
 
     def state_size(self) -> int:
-        return len(self._ports) + len(self._slow)
+        return len(self._ports) + len(self._slow) + self._persist.size()

@@ -18,6 +18,16 @@ Two questions, answered separately:
 2. *Who is slow?* Peers at the same step (`detectors.peers.StragglerTracker`)
    and GPU signals (thermal/power throttling, clocks below max).
 
+Persistence before eviction (`detectors.persistence`): a GPU that throttles
+for 40 s or a link that slows a job for a minute recovers on its own, and
+evicting its node restarts the whole job. So an episode is reported only
+once it has lasted `persist_s` (default 120 s: found within three minutes of
+its onset), or at once when one of its nodes already had `recur_n - 1`
+transient episodes within `recur_window_s`. An episode that ends sooner is
+a *transient* anomaly per suspect node (score 0, never an incident, counted
+for that node); the report's evidence carries the duration and each node's
+history.
+
 A slow whole-job slide that the trailing baseline follows is caught by
 `detectors.trend.DeclineTracker` (blocks of `decline_block_s` against the
 job's fastest recent block); it is reported job-wide, naming no node.
@@ -32,6 +42,7 @@ from detectors.base import Detector
 from detectors.common import Bounded, Rolling, Snapshottable, finding, median
 from detectors.dispatch import on
 from detectors.peers import GpuSlowSignals, StragglerTracker
+from detectors.persistence import PERSISTENT, RECURRING, Persistence
 from detectors.trend import DeclineTracker
 from schemas.records import Anomaly, NodeGpuSample, TrainingStep
 
@@ -40,7 +51,7 @@ GUARD = 5  # the newest steps stay out of the baseline, so a fresh slowdown does
 
 class _Series(Snapshottable):
     __slots__ = ("leader", "attempt", "last_step", "last_ts", "recent", "base", "hits", "episode", "rising",
-                 "reported")
+                 "reported", "suspects")
 
     def __init__(self, leader: int, attempt: int, baseline_n: int) -> None:
         self.leader = leader
@@ -53,6 +64,7 @@ class _Series(Snapshottable):
         self.episode: float | None = None  # event time the open episode began
         self.rising: float | None = None  # event time the current run of hits began
         self.reported = True  # whether the open episode was reported yet
+        self.suspects: list[str] = []  # nodes the open, unreported episode was localised to so far
 
 
 class SlowdownDetector(Detector):
@@ -61,7 +73,7 @@ class SlowdownDetector(Detector):
     >>> from schemas.records import TrainingStep
     >>> d = SlowdownDetector(min_baseline=10)
     >>> out = []
-    >>> for s in range(120):
+    >>> for s in range(200):
     ...     t = 1.0 if s < 50 else 1.3
     ...     rec = TrainingStep(ts=float(s), job="j", rank=0, node="n0", step=s, loss=1.0, step_time_s=t)
     ...     out += d.observe(rec)
@@ -85,9 +97,15 @@ class SlowdownDetector(Detector):
         decline_rel: float = 0.08,
         decline_block_s: float = 300.0,
         decline_confirm: int = 2,
+        persist_s: float = 120.0,
+        recur_n: int = 3,
+        recur_window_s: float = 3600.0,
         max_jobs: int = 10_000,
     ) -> None:
         super().__init__(instance=instance)
+        self.persist_s, self.recur_n, self.recur_window_s = persist_s, recur_n, recur_window_s
+        self._persist = Persistence(persist_s=persist_s, recur_n=recur_n, recur_window_s=recur_window_s,
+                                    max_keys=max_jobs)
         self.min_rel = min_rel
         self.k = k
         self.recent_s = recent_s
@@ -170,15 +188,35 @@ class SlowdownDetector(Detector):
     def _maybe_report(self, s: _Series, rec: TrainingStep, recent: float, base: float) -> list[Anomaly]:
         """Report once the stragglers are known, or `localise_wait_s` after detection at the latest."""
         assert s.episode is not None and s.rising is not None
-        if recent < base * (1 + self.min_rel / 2):  # it did not last: a fluctuation, not a fault
-            s.episode, s.hits, s.rising, s.reported = None, 0, None, True
-            return []
+        if recent < base * (1 + self.min_rel / 2):  # it did not last: a fluctuation, or a transient fail-slow
+            out = self._transient(s, rec)
+            s.episode, s.hits, s.rising, s.reported, s.suspects = None, 0, None, True, []
+            return out
         ranks, nodes, how = self._peers.suspects(rec.job)
         if not nodes and rec.ts - s.episode < self.localise_wait_s:
             if not self._gpu.slow_nodes(self._peers.nodes(rec.job), rec.ts):
                 return []  # wait a little for the peers to name the straggler
+        if nodes:
+            s.suspects = list(nodes)
+        lasted = rec.ts - s.rising
+        recurring = any(self._persist.recurrences(n, rec.ts) >= self.recur_n - 1 for n in nodes)
+        if lasted < self.persist_s and not recurring:
+            return []  # persistence before eviction: a fail-slow under `persist_s` may yet recover
         s.reported = True
-        return [self._report(rec, s.rising, recent, base, (ranks, nodes, how))]
+        verdict = PERSISTENT if lasted >= self.persist_s else RECURRING
+        return [self._report(rec, s.rising, recent, base, (ranks, nodes, how), verdict)]
+
+    def _transient(self, s: _Series, rec: TrainingStep) -> list[Anomaly]:
+        """An episode that ended before it persisted: counted against the nodes it was pinned on, never evicted."""
+        if s.rising is None or not s.suspects:
+            return []
+        out = []
+        for node in s.suspects:
+            summary = self._persist.transient(node, s.rising, rec.ts - s.rising, rec.ts)
+            out.append(finding(self.instance, "slowdown", ts=rec.ts, onset=s.rising, job=rec.job, nodes=[node],
+                               step=rec.step, score=0.0, key=("transient", node, s.rising),
+                               evidence={**summary, "cause": "fail_slow"}))
+        return out
 
     def _window(self, s: _Series) -> int:
         """How many recent steps to take the median of: ~recent_s of time, 3..15."""
@@ -201,17 +239,20 @@ class SlowdownDetector(Detector):
         return []
 
     def _report(self, rec: TrainingStep, onset: float, recent: float, base: float,
-                found: tuple[list[int], list[str], str]) -> Anomaly:
+                found: tuple[list[int], list[str], str], verdict: str = PERSISTENT) -> Anomaly:
         ranks, nodes, how = found
         if not nodes:
             nodes = self._gpu.slow_nodes(self._peers.nodes(rec.job), rec.ts)
             how = "gpu_signals" if nodes else "none"
             ranks = self._peers.ranks_on(rec.job, nodes)  # a throttled GPU node slows every rank on it
         evidence = {"slowdown": round(recent / base - 1, 4), "baseline": base, "recent": recent,
-                    "localised_by": how, "gpu": self._gpu.evidence(nodes, rec.ts)}
+                    "localised_by": how, "gpu": self._gpu.evidence(nodes, rec.ts), "persistence": verdict,
+                    "duration_s": round(rec.ts - onset, 3),
+                    "node_transients": {n: self._persist.recurrences(n, rec.ts) for n in nodes},
+                    "history": {n: self._persist.history(n) for n in nodes}}
         return finding(self.instance, "slowdown", ts=rec.ts, onset=onset, job=rec.job, nodes=nodes, ranks=ranks,
                        step=rec.step, key=rec.attempt, evidence=evidence)
 
     def state_size(self) -> int:
         return sum(len(s.recent) + len(s.base) + 1 for s in self._series.values()) + self._peers.size() + \
-            self._gpu.size() + self._trend.size()
+            self._gpu.size() + self._trend.size() + self._persist.size()

@@ -470,8 +470,12 @@ class OperatorCommand(Record, tag="operator_command", frozen=True):
 
     `operator` is the identity the console authenticated (token name, basic-auth
     user or the OIDC ingress's header); `subject_id` is the decision (approve,
-    reject) or node (return_node) it concerns. `report` carries the passing
-    self-check report a node return must show. The action consumer applies it
+    reject) or node (return_node) it concerns. The console signs the exact bytes
+    with its own key (`security.console_private_key`, headers as for commands)
+    and sets `expires`; act acts only on a command signed by a key of
+    `security.console_public_keys`, unexpired and not seen before. `report` is
+    shown to people only: act returns a node on a self-check it holds itself,
+    never on a report in the request. The action consumer applies it
     (`actions.operator`) and audits it under the operator's name.
     """
 
@@ -481,6 +485,7 @@ class OperatorCommand(Record, tag="operator_command", frozen=True):
     subject_id: str = ""
     reason: str = ""
     report: dict[str, Any] = {}
+    expires: float = 0.0
 
 
 class DeadLetter(Record, tag="dead_letter", frozen=True):

@@ -30,7 +30,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from schemas.records import ActionCommand
+from schemas.records import ActionCommand, OperatorCommand
 
 KID_HEADER = "tg-kid"
 SIG_HEADER = "tg-sig"
@@ -113,11 +113,13 @@ def new_command_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(16)}"
 
 
-def command_problem(cmd: ActionCommand, *, now: float, seen: Iterable[str] | set[str], max_skew_s: float) -> str:
+def command_problem(cmd: ActionCommand | OperatorCommand, *, now: float, seen: Iterable[str] | set[str],
+                    max_skew_s: float) -> str:
     """Why a correctly signed command must still not run ("" if it may).
 
     Expired (or issued in the future beyond the clock skew), without an
     expiry, or an id already carried out: a replay of a captured command.
+    The same rules hold for act's commands and the console's operator commands.
     """
     if cmd.expires <= 0:
         return "command carries no expiry"

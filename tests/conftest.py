@@ -55,6 +55,7 @@ class TestKeys:
         self.root = root
         generate(root, "act")
         generate(root, "worker")
+        generate(root, "console")
 
     def node(self, *names: str) -> TestKeys:
         """Make node keys (once each); call before starting `act`, which reads them at start."""
@@ -68,7 +69,19 @@ class TestKeys:
         (self.root / "nodes").mkdir(exist_ok=True)
         return {"act_private_key": str(self.root / "act.key"), "act_public_keys": [str(self.root / "act.pub")],
                 "node_private_key": str(self.root / "nodes" / "{node}.key"),
-                "node_public_keys": [str(self.root / "nodes")]}
+                "node_public_keys": [str(self.root / "nodes")],
+                "console_private_key": str(self.root / "console.key"),
+                "console_public_keys": [str(self.root / "console.pub")],
+                "worker_private_key": str(self.root / "worker.key"),
+                "worker_public_keys": [str(self.root / "worker.pub")]}
+
+    def signed(self, value: bytes, record: object) -> list[tuple[str, bytes]] | None:
+        """Headers for a record a test publishes: an incident signed with the worker's key (act acts only on
+        those by default), anything else unsigned. A test that hand-writes incidents plays the worker."""
+        from schemas.records import Incident
+        from schemas.signing import load_signer
+
+        return load_signer(self.root / "worker.key").headers(value) if isinstance(record, Incident) else None
 
     def env(self, **extra: Any) -> dict[str, str]:
         """The `security:` section as TRAINGUARD_SECURITY__* variables, for a `trainguard` subprocess."""

@@ -55,13 +55,20 @@ def merge_results(command: ActionCommand, results: list[ActionResult], *, ts: fl
                   missing: list[str] | None = None) -> ActionResult:
     """One result from many nodes' results: ok only if every node said ok.
 
+    Only the nodes `command` addressed have a say: a result from any other node
+    (its signature may be perfectly good) is left out entirely, its status, its
+    message and its self-check details alike. A command naming no node takes all.
+
     >>> c = ActionCommand(ts=0, id="c", action="stop")
     >>> ok = ActionResult(ts=1, command_id="c", action="stop", status="ok", node="a")
     >>> merge_results(c, [ok], ts=2).status, merge_results(c, [ok], ts=2, missing=["b"]).status
     ('ok', 'failed')
+    >>> to_b = ActionCommand(ts=0, id="c", action="stop", nodes=["b"])
+    >>> merge_results(to_b, [ok], ts=2).details["per_node"]
+    {}
     """
     missing = missing or []
-    results = [_as_done(r) for r in results]
+    results = [_as_done(r) for r in results if not command.nodes or r.node in command.nodes]
     statuses = [r.status for r in results]
     if missing or not results:
         status = "failed"

@@ -66,7 +66,7 @@ class LocalExecutor:
         if command.action in AGENT_TRANSLATION:
             wire = msgspec.structs.replace(command, action=AGENT_TRANSLATION[command.action])
         wire = self.bus.send(wire)
-        results = self.bus.collect(wire.id, nodes=targets, timeout_s=self.timeout_s)
+        results = [r for r in self.bus.collect(wire.id, nodes=targets, timeout_s=self.timeout_s) if r.node in targets]
         answered = {r.node for r in results}
         missing = [n for n in targets if n not in answered]
         merged = merge_results(wire, results, ts=self.clock(), missing=missing)

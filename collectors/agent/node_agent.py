@@ -267,12 +267,17 @@ class Agent:
         cmd = received.command
         if not self.addressed(cmd):
             return None
+        # Logged before anything can go wrong, so a command that "got no answer" can be told apart
+        # from one that never arrived (the demo's rare unanswered restart needed exactly this).
+        log.info("command %s %s received (job %s, nodes %s)", cmd.id, cmd.action, cmd.job, cmd.nodes or "all")
         kid, problem = self._keys.check(received.payload, received.headers)
         if problem:
+            log.warning("command %s rejected: %s", cmd.id, problem)
             self._audit("command_rejected", cmd, {"reason": problem, "key_id": kid})
             return self._result(cmd, "rejected", f"not signed by act: {problem}")
         problem = command_problem(cmd, now=self._clock(), seen=self.state.executed, max_skew_s=self.max_clock_skew_s)
         if problem:
+            log.warning("command %s rejected: %s", cmd.id, problem)
             self._audit("command_rejected", cmd, {"reason": problem, "key_id": kid})
             if cmd.id in self.state.executed:
                 # A replay changes nothing, but act re-sends a journaled command after a restart and
@@ -289,6 +294,7 @@ class Agent:
             status, message, details = "failed", f"{type(exc).__name__}: {exc}", {}
         self.state.executed[cmd.id] = status
         self._state_file.save(self.state)
+        log.info("command %s %s: %s %s", cmd.id, cmd.action, status, message)
         self._audit("command_executed", cmd, {"status": status, "message": message})
         return self._result(cmd, status, message, details)
 

@@ -15,6 +15,12 @@ fleet's clock-skew bound) before the start.
   (when the label names nodes) and exactly its ranks (when it names ranks).
 * false evictions: incidents of an evicting kind naming a node that was not
   faulty (any node, for an incident that matches nothing).
+* transient labels (`transient: true`: a fail-slow that recovered before the
+  persistence bound, issue 22) are no faults to find: they count in no
+  recall, and an incident on one (same kind and job, inside its window) is
+  a false incident and an *over-eviction* of the nodes it names.
+* F1 = 2PR/(P+R); false incidents per day and per 1,000 GPUs divide the
+  unmatched incidents by the fleet time the caller passes (`gpu_days`).
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ class KindTally:
     localised: int = 0
     loc_checked: int = 0
     false_evictions: int = 0
+    over_evicted: int = 0  # incidents on a transient fail-slow (nodes evicted for a blip)
+    transient_labels: int = 0
 
     def add(self, other: KindTally) -> None:
         for name, value in vars(other).items():
@@ -58,6 +66,7 @@ class KindTally:
     def summary(self) -> dict[str, Any]:
         """Ratios and latency percentiles; None where there is nothing to measure."""
         lat = np.asarray(self.latencies_s, dtype=float)
+        precision, recall = _ratio(self.matched_incidents, self.incidents), _ratio(self.detected, self.labels)
         return {
             "labels": self.labels, "detected": self.detected, "incidents": self.incidents,
             "precision": _ratio(self.matched_incidents, self.incidents),
@@ -70,6 +79,9 @@ class KindTally:
             "rank_accuracy": _ratio(self.rank_right, self.rank_checked),
             "localisation_accuracy": _ratio(self.localised, self.loc_checked),
             "false_evictions": self.false_evictions,
+            "f1": round(2 * precision * recall / (precision + recall), 4) if precision and recall else None,
+            "false_incidents": self.incidents - self.matched_incidents,
+            "over_evicted": self.over_evicted, "transient_labels": self.transient_labels,
         }
 
 
@@ -108,9 +120,15 @@ def score(labels: list[dict[str, Any]], incidents: list[dict[str, Any]], *,
     """
     tallies = {k: KindTally() for k in ANOMALY_KINDS}
     by_key: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    blips: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for lab in labels:
+        if lab.get("transient"):
+            blips[(lab["kind"], lab["job"])].append(lab)
+            tallies.setdefault(lab["kind"], KindTally()).transient_labels += 1
+            continue
         by_key[(lab["kind"], lab["job"])].append(lab)
         tallies.setdefault(lab["kind"], KindTally()).labels += 1
+    labels = [lab for lab in labels if not lab.get("transient")]
     first: dict[str, dict[str, Any]] = {}
     matches: dict[str, str | None] = {}
     for inc in sorted(incidents, key=lambda i: i["detected_at"]):
@@ -124,6 +142,9 @@ def score(labels: list[dict[str, Any]], incidents: list[dict[str, Any]], *,
             first.setdefault(label["id"], inc)
         if inc["kind"] in EVICTING_KINDS and set(inc.get("nodes", ())) - set(label["nodes"] if label else ()):
             tally.false_evictions += 1
+        if label is None and any(lab["start"] - skew_s <= inc["detected_at"] <= lab["end"] + grace_s
+                                 for lab in blips.get((inc["kind"], inc["job"]), ())):
+            tally.over_evicted += 1
     shapes: dict[str, KindTally] = {}
     for lab in labels:
         shape = shapes.setdefault(f"{lab['kind']}/{lab.get('variant', '-')}", KindTally())

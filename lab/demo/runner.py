@@ -240,12 +240,15 @@ class DemoRunner:
     def _make_keys(self) -> dict[str, Any]:
         """Fresh keys for this run, as `trainguard keys generate` makes them: nothing has a default key."""
         keys = self.run_dir / "keys"
-        generate(keys, "act")
+        for role in ("act", "console", "worker"):
+            generate(keys, role)
         for node in (*self.sc.nodes, *self.sc.standbys):
             generate(keys / "nodes", node)
         self.signer = load_signer(keys / "act.key")
         return {"act_private_key": str(keys / "act.key"), "act_public_keys": [str(keys / "act.pub")],
-                "node_private_key": str(keys / "nodes" / "{node}.key"), "node_public_keys": [str(keys / "nodes")]}
+                "node_private_key": str(keys / "nodes" / "{node}.key"), "node_public_keys": [str(keys / "nodes")],
+                "console_private_key": str(keys / "console.key"), "console_public_keys": [str(keys / "console.pub")],
+                "worker_private_key": str(keys / "worker.key"), "worker_public_keys": [str(keys / "worker.pub")]}
 
     def _wait_healthy(self, watcher: TopicWatcher) -> None:
         """Wait until the job has made steady progress and saved a checkpoint since the last fault."""

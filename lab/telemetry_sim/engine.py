@@ -20,7 +20,17 @@ from lab.telemetry_sim.hardware import NodeHardware
 from lab.telemetry_sim.plan import Fault, Layout
 from lab.telemetry_sim.scenario import Scenario
 from lab.telemetry_sim.steps import StepModel
-from lab.telemetry_sim.texts import BENIGN_LOGS, CRASH_LOGS, CULPRIT_STACKS, HEALTHY_STACKS, TRACEBACKS, WAITING_STACK
+from lab.telemetry_sim.texts import (
+    APP_CUDA_ERRORS,
+    BENIGN_LOGS,
+    CRASH_LOGS,
+    CULPRIT_STACKS,
+    HEALTHY_STACKS,
+    SILENT_EXIT,
+    TORCHRUN_SUMMARY,
+    TRACEBACKS,
+    WAITING_STACK,
+)
 from schemas.records import CheckpointEvent, Heartbeat, JobTopology, LogEvent, PhaseChange, Record, StackSample
 
 DAY_S = 86_400.0
@@ -86,6 +96,8 @@ class Simulation:
                         pause = min(pause, self.rng.uniform(2.0, 5.0))
                     elif style == "megatron" and job.eval_pause_s:
                         pause += job.eval_pause_s
+                    if style == "sync":
+                        pause = self._storage(pause)
                 t1 = t + pause
             else:
                 phase, duration = "training", self.steps.duration(t)
@@ -126,6 +138,15 @@ class Simulation:
             return math.inf
         start = self.sc.start_ts
         return start + math.floor((t - start) / every + 1.0) * every
+
+    def _storage(self, pause: float) -> float:
+        """A sync checkpoint's length on real storage: jittered, and now and then on a loaded shared filesystem."""
+        job = self.job
+        if job.checkpoint_jitter:
+            pause *= self.rng.lognormvariate(0.0, job.checkpoint_jitter)
+        if job.slow_checkpoint_p and self.rng.random() < job.slow_checkpoint_p:
+            pause *= job.slow_checkpoint_factor
+        return pause
 
     def _announce(self, ts: float, phase: str) -> None:
         """A phase change: once for the job, or by every rank as real training loops do.
@@ -187,9 +208,22 @@ class Simulation:
             rank = f.rank if f.rank >= 0 else self.lay.ranks_on(f.node)[0]
             self._log(crash, rank, "ERROR", "nccl", CRASH_LOGS[f.kind], "nccl", exit_code=1)
             return self._crash_and_restart(crash, f.end)
+        if f.kind == "user_error" and f.variant == "app_xid":
+            return self._app_crash(f)
         if f.kind == "user_error":
             return self._user_error(f)
         return self._crash_and_restart(f.end, f.end)  # nan / sdc: stopped once noticed
+
+    def _app_crash(self, f: Fault) -> float:
+        """A user kernel faults on every rank at once (illegal address, device-side assert): application
+        XIDs on every node (the hardware model adds them) and a watchdog abort that reads as NCCL."""
+        fail = f.start + self.rng.uniform(0.5, 3.0)
+        self._segment(f.start, fail, "hung", "training")
+        text = APP_CUDA_ERRORS[self.rng.randrange(len(APP_CUDA_ERRORS))]
+        for node in range(self.job.nodes):
+            rank = self.lay.ranks_on(node)[0]
+            self._log(fail + 0.01 * node, rank, "ERROR", "python", text.format(rank=rank), "traceback", exit_code=-6)
+        return self._crash_and_restart(fail + 0.5, f.end)
 
     def _user_error(self, f: Fault) -> float:
         """A redeploy with broken code: restart on a new code_version, fail with a traceback, roll back.
@@ -218,6 +252,12 @@ class Simulation:
         self._segment(t, fail, mode, mode)
         for node in range(self.job.nodes):
             rank = self.lay.ranks_on(node)[0]
+            if f.variant == "silent_startup":  # exit(1) in user code or a bad argument: nothing printed but torchrun's
+                summary = TORCHRUN_SUMMARY.format(code=1, pid=_pid(self.attempt, rank))
+                self._log(fail + 0.01 * node, rank, "ERROR", "stderr", summary, "", exit_code=None)
+                self._log(fail + 0.02 * node + 0.005, rank, "ERROR", "torchelastic", SILENT_EXIT.format(code=1), "exit",
+                          exit_code=1)
+                continue
             self._log(fail + 0.01 * node, rank, "ERROR", "python", TRACEBACKS[f.variant], "traceback", exit_code=1)
         self.code_version = old
         return self._crash_and_restart(fail + 0.5, f.end)

@@ -62,6 +62,8 @@ class NodeHardware:
         lost: set[int] = set()
         slow: Fault | None = None
         for f in faults:
+            if f.kind == "user_error" and f.variant == "app_xid":
+                self._app_xid(f, ts, xids)
             if f.node != self.index or f.start > ts:
                 continue
             if f.kind == "hw_fault" and f.variant == "nvml_timeout" and f.active(ts):
@@ -79,6 +81,13 @@ class NodeHardware:
         drift = math.sin(2 * math.pi * (ts % DAY_S) / DAY_S)
         gpus = [self._gpu(i, ts, util, drift, slow, i in lost) for i in range(self._gpus)]
         return NodeGpuSample(ts=ts, node=self.name, job=self.job, gpus=gpus, xids=xids)
+
+    def _app_xid(self, f: Fault, ts: float, xids: list[XidEvent]) -> None:
+        """The job's kernel faults on every node at once: each node's driver logs the application XID."""
+        at = f.start + 0.02 * self.index
+        if at <= ts and f.id not in self._seen:
+            self._seen.add(f.id)
+            xids.append(XidEvent(gpu=self._rng.randrange(self._gpus), code=f.code, ts=at, message=XID_TEXT[f.code]))
 
     def _hw_effect(self, f: Fault, ts: float, xids: list[XidEvent], lost: set[int]) -> None:
         first = f.id not in self._seen
@@ -146,6 +155,9 @@ class NodeHardware:
             port = f.gpu % self._ports
             if f.variant == "degraded":  # renegotiated to a lower speed: slow, but no errors
                 share[port] = f.magnitude
+            elif f.variant == "fail_slow":  # a marginal link: a fraction of its siblings' traffic, symbol errors
+                share[port] = f.magnitude
+                burst.add(port)
             elif f.variant == "port_down":
                 if f.id not in self._seen:
                     self._seen.add(f.id)

@@ -20,13 +20,13 @@ FaultKind = Literal["hw_fault", "network", "hang", "slowdown", "nan", "loss_spik
 # The variants each kind can take; the first is the default.
 VARIANTS: dict[str, tuple[str, ...]] = {
     "hw_fault": ("xid", "dbe", "lost", "nvlink", "remap_failed", "nvml_timeout"),
-    "network": ("port_down", "error_burst", "degraded"),
+    "network": ("port_down", "error_burst", "degraded", "fail_slow"),
     "hang": ("dataloader", "collective", "cuda_sync"),
     "slowdown": ("thermal", "power", "silent", "gradual"),
     "nan": ("loss", "grad", "inf_loss"),
     "loss_spike": ("spike", "single", "grad"),
     "sdc": ("checksum", "intermittent", "last_stage"),
-    "user_error": ("import_error", "shape_mismatch", "syntax_error", "oom"),
+    "user_error": ("import_error", "shape_mismatch", "syntax_error", "oom", "app_xid", "silent_startup"),
 }
 
 
@@ -76,6 +76,10 @@ class JobSpec(_Strict):
     tokens_per_step: int = Field(4_194_304, ge=1)
     checkpoint_every_s: float = Field(1800.0, ge=0, description="0 disables checkpoints")
     checkpoint_pause_s: float = Field(45.0, ge=0)
+    checkpoint_jitter: float = Field(0.0, ge=0, le=1, description="lognormal sigma of each sync checkpoint's length")
+    slow_checkpoint_p: float = Field(0.0, ge=0, le=1, description="share of checkpoints written to a loaded "
+                                     "shared filesystem, `slow_checkpoint_factor` times longer")
+    slow_checkpoint_factor: float = Field(4.0, ge=1, le=20)
     eval_every_s: float = Field(0.0, ge=0, description="0 disables eval phases")
     eval_pause_s: float = Field(60.0, ge=0)
     restart_delay_s: float = Field(30.0, ge=0, description="init/checkpoint-load time after a restart")

@@ -38,7 +38,7 @@ class StepModel:
                  rng: random.Random) -> None:
         self.job, self.lay, self.node_names, self.rng = scenario.job, lay, node_names, rng
         self.faults = [f for f in plan if f.kind in ("slowdown", "nan", "loss_spike", "sdc")
-                       or (f.kind == "network" and f.variant == "degraded")]
+                       or (f.kind == "network" and f.variant in ("degraded", "fail_slow"))]
         stalls = scenario.background.dataloader_stalls_per_h
         self._stall_p = stalls * self.job.step_time_s / 3600.0
         self.step = 0

@@ -31,6 +31,28 @@ TRACEBACKS: dict[str, str] = {
     ),
 }
 
+# An application CUDA error as every rank of a job prints it: through the NCCL watchdog (so it reads as NCCL).
+APP_CUDA_ERRORS: tuple[str, ...] = (
+    "terminate called after throwing an instance of 'c10::DistBackendError'\n  what():  [PG 0 Rank {rank}] Process "
+    "group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be "
+    "incorrect.\nException raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:43\n"
+    "frame #4: c10d::ProcessGroupNCCL::WorkNCCL::finishedGPUExecutionInternal() const",
+    "terminate called after throwing an instance of 'c10::DistBackendError'\n  what():  [PG 0 Rank {rank}] Process "
+    "group watchdog thread terminated with exception: CUDA error: unspecified launch failure\n"
+    "Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:43\n"
+    "frame #4: c10d::ProcessGroupNCCL::WorkNCCL::isCompleted()",
+)
+# What torchrun's agent says of a child that died before its first step with no traceback and no error file
+# (collectors.agent.error_file words it so), and torchrun's own summary on stderr.
+SILENT_EXIT = "process exited with code {code} before its first step, saying nothing (no traceback, no error file)"
+TORCHRUN_SUMMARY = (
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n============================\n"
+    "train.py FAILED\n----------------------------\nFailures:\n  <NO_OTHER_FAILURES>\nRoot Cause (first observed "
+    "failure):\n[0]:\n  exitcode  : {code} (pid: {pid})\n  error_file: <N/A>\n  traceback : To enable "
+    "traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+)
+
 CRASH_LOGS: dict[str, str] = {
     "hw_fault": ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda "
                  "error, NCCL version 2.21.5; Last error: Cuda failure 'unspecified launch failure'"),

@@ -12,7 +12,9 @@ on the broker for another.
 
 Every command is stamped with its issue time and expiry, encoded, and the
 encoded bytes signed with act's key (headers `tg-kid`/`tg-sig`). A result
-counts only if the node it names signed it; anything else is handed to
+counts only if the node it names signed it, and only if that node is one the
+command addressed: a node's correct signature on a command it was never sent
+must not fail (or pass) another node's step. Anything else is handed to
 `on_reject` (audited by the caller) and ignored.
 """
 
@@ -58,6 +60,7 @@ class KafkaCommandBus:
         # Results of commands nobody waits for (another act's, a re-sent command's first answer)
         # would pile up: the oldest are forgotten past the bound.
         self._pending: Bounded[str, list[ActionResult]] = Bounded(10_000)
+        self._targets: Bounded[str, frozenset[str]] = Bounded(10_000)  # command id -> the nodes it addressed
         self._reader = threading.Thread(target=self._read, name="act-results-reader", daemon=True)
         self._reader.start()
 
@@ -66,6 +69,8 @@ class KafkaCommandBus:
         now = time.time()
         command = msgspec.structs.replace(command, ts=now, expires=now + self.ttl_s)
         value = self.codec.encode(command)
+        with self._cond:
+            self._targets[command.id] = frozenset(command.nodes)
         self._producer.send(self.topics.name("actions"), key=command.job.encode(), value=value,
                             headers=self.signer.headers(value))
         self._producer.flush()
@@ -75,7 +80,13 @@ class KafkaCommandBus:
         """Results for `command_id` until every node answered (or one, if `nodes` is empty)."""
         with self._cond:
             self._cond.wait_for(lambda: self._complete(command_id, nodes), timeout_s)
-            return self._pending.pop(command_id, [])
+            got = self._pending.pop(command_id, [])
+        if not nodes:
+            return got
+        strays = [r for r in got if r.node not in nodes]  # filed before this bus knew the command's targets
+        for result in strays:
+            self.on_reject(result, _not_a_target(result, nodes))
+        return [r for r in got if r.node in nodes]
 
     def _read(self) -> None:
         """The one reader of the results topic: file each result, wake the waiters."""
@@ -89,9 +100,18 @@ class KafkaCommandBus:
                        if (r := self._verified(m.value, m.headers)) is not None]
             if results:
                 with self._cond:
+                    strays = [r for r in results if not self._addressed(r)]
                     for result in results:
-                        self._pending[result.command_id] = [*self._pending.get(result.command_id, []), result]
+                        if result not in strays:
+                            self._pending[result.command_id] = [*self._pending.get(result.command_id, []), result]
                     self._cond.notify_all()
+                for result in strays:
+                    self.on_reject(result, _not_a_target(result, self._targets.get(result.command_id, frozenset())))
+
+    def _addressed(self, result: ActionResult) -> bool:
+        """Whether `result` comes from a node its command addressed (unknown commands: decided at `collect`)."""
+        targets = self._targets.get(result.command_id)
+        return targets is None or not targets or result.node in targets
 
     def _verified(self, value: bytes, headers: Any) -> ActionResult | None:
         """The result, if the node it names signed it; otherwise reject it (None)."""
@@ -113,7 +133,13 @@ class KafkaCommandBus:
         self._consumer.close()
 
     def _complete(self, command_id: str, nodes: list[str]) -> bool:
+        """Every node in `nodes` answered (or anyone did, when `nodes` is empty)."""
         got = self._pending.get(command_id, [])
         if not nodes:
             return bool(got)
         return set(nodes) <= {r.node for r in got}
+
+
+def _not_a_target(result: ActionResult, targets: frozenset[str] | list[str]) -> str:
+    return (f"result from {result.node or '?'}, not a target of command {result.command_id} "
+            f"(addressed: {', '.join(sorted(targets)) or 'nobody known'})")

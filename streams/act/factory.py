@@ -45,6 +45,9 @@ from streams.act.state_mirror import StateMirror
 from streams.settings import ActConfig
 
 log = logging.getLogger(__name__)
+ACL_TRUST_WARNING = ("incidents are NOT verified (security.incidents_trusted_by_acl, or a dry run): any record on "
+                     "the incidents topic is acted on; only Kafka ACLs stop a forger. Set "
+                     "security.worker_public_keys to act only on incidents the worker signed")
 
 
 @dataclass
@@ -85,6 +88,7 @@ def build_core(settings: ActConfig, *, executors: list[str], dry_run: bool, on_d
     # No default key: act refuses to execute anything it could not sign (one line, exit 2, via the CLI).
     signer = None if dry_run else sec.signer("act")
     node_keys = sec.ring("node") if dry_run else sec.required_ring("node")
+    worker_keys = sec.ring("worker") if dry_run else sec.incident_ring()  # a dry run acts on nothing
     journal = Journal(cfg.state_dir / "journal.sqlite")
     mirror: StateMirror | None = None
     if cfg.state_topic and not dry_run:
@@ -120,8 +124,15 @@ def build_core(settings: ActConfig, *, executors: list[str], dry_run: bool, on_d
                         durable=durable, fanout=FanOut(cfg.selfcheck, clock=time.time))
     core = ActCore(engine=engine, runner=runner, knowledge=knowledge, publish=publish, ettr=ettr, metrics=metrics,
                    on_decision=on_decision, plan_workers=cfg.plan_workers, max_jobs=cfg.max_jobs,
-                   operator_max_age_s=cfg.operator_max_age_s, node_keys=node_keys, worker_keys=sec.ring("worker"),
-                   durable=durable)
+                   operator_max_age_s=cfg.operator_max_age_s, node_keys=node_keys, worker_keys=worker_keys,
+                   durable=durable, console_keys=sec.ring("console"), max_clock_skew_s=sec.max_clock_skew_s,
+                   record_skew_s=cfg.record_skew_s)
+    if not worker_keys:
+        log.warning("act: %s", ACL_TRUST_WARNING)
+        if metrics is not None:
+            metrics.incidents_trusted_by_acl(True)
+    if not core.console_keys:
+        log.warning("act: security.console_public_keys is empty: every operator command is refused and audited")
 
     def close() -> None:
         core.close(wait=True)

@@ -36,6 +36,14 @@ class ActionMetrics:
         self._unproductive = Gauge("trainguard_job_unproductive_seconds",
                                    "Unproductive time by cause: detection, localisation, failover, recompute",
                                    ["training_job", "category"], registry=self.registry)
+        self._unverified = Gauge("trainguard_act_incidents_unverified",
+                                 "1 while incidents are trusted by Kafka ACLs alone (incidents_trusted_by_acl)",
+                                 registry=self.registry)
+
+    def incidents_trusted_by_acl(self, unverified: bool) -> None:
+        """1 while act acts on incidents without checking the worker's signature (act has no /readyz:
+        its readiness probe reads /metrics, so the setting shows there)."""
+        self._unverified.set(1 if unverified else 0)
 
     def evictions(self, counts: dict[str, int]) -> None:
         """Keys forgotten by act's bounded per-job maps, by owner (a bound that bites shows here)."""

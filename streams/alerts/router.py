@@ -21,6 +21,7 @@ from typing import Any
 
 from actions.alerts import TokenBucket, alertmanager_alert, slack_message
 from schemas.codec import Codec, DecodeError
+from schemas.kafka_config import BrokerSettings
 from schemas.records import Decision, Incident
 from schemas.topics import Topics
 
@@ -94,14 +95,17 @@ class AlertRouter:
                         print(f"trainguard alerts: {sink.name} {sink.url.split('?')[0]}: {exc}", file=sys.stderr)
         return went
 
-    def run(self, servers: str, topics: Topics, *, group_id: str, from_beginning: bool = False,
+    def run(self, broker: BrokerSettings | str, topics: Topics, *, group_id: str, from_beginning: bool = False,
             max_records: int | None = None, timeout_s: float | None = None) -> int:
-        """Consume incidents and decisions until `max_records` are routed or `timeout_s` passes."""
-        from kafka import KafkaConsumer
+        """Consume incidents and decisions until `max_records` are routed or `timeout_s` passes.
 
-        consumer = KafkaConsumer(topics.name("incidents"), topics.name("decisions"), bootstrap_servers=servers,
-                                 group_id=group_id, enable_auto_commit=False,
-                                 auto_offset_reset="earliest" if from_beginning else "latest")
+        The consumer is built by `streams.kafka_io` from the configured `BrokerSettings`, so the
+        router reaches a TLS / SASL cluster like every other client.
+        """
+        from streams import kafka_io
+
+        consumer = kafka_io.consumer(kafka_io.as_broker(broker), topics.name("incidents"), topics.name("decisions"),
+                                     group_id=group_id, auto_offset_reset="earliest" if from_beginning else "latest")
         codec = Codec()
         seen = 0
         deadline = None if timeout_s is None else time.monotonic() + timeout_s

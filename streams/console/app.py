@@ -6,6 +6,14 @@ server-sent events without another dependency. FastAPI would add an OpenAPI
 page for free, but also pydantic-v2/starlette/uvicorn pins to a service that
 has eleven routes; `GET /api` lists them with their docstrings instead, and
 docs/console.md documents each.
+
+Hardening, each for a reason: every response carries a Content-Security-Policy
+(scripts, styles and connections from this origin only: an injected string
+cannot run), `X-Content-Type-Options: nosniff` and `Referrer-Policy:
+no-referrer`; a request body that is not a JSON object, or is nested deeper
+than `console.max_json_depth`, is a 400 (never a 500 with a traceback); an
+`Origin` must match the console's scheme, host and port; one principal holds
+at most `console.max_streams_per_user` live event streams.
 """
 
 from __future__ import annotations
@@ -36,6 +44,21 @@ FEED = web.AppKey("feed", ConsoleFeed)
 AUTH = web.AppKey("auth", Authenticator)
 CFG = web.AppKey("cfg", ConsoleSettings)
 IDENTITY = web.RequestKey("identity", Identity)
+STREAMS = web.AppKey("streams", dict)  # principal -> open event streams
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                               "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+                               "form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class BadBody(web.HTTPBadRequest):
+    """A request body that is not a JSON object of bounded depth: a 400 with a one-line JSON error."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(text=json.dumps({"error": message}), content_type="application/json")
 
 
 class AssetsMissing(RuntimeError):
@@ -55,7 +78,8 @@ def create_app(feed: ConsoleFeed, auth: Authenticator, cfg: ConsoleSettings, *,
     """The application; with `manage_feed` it starts and stops the Kafka feed with itself."""
     check_assets()
     app = web.Application(middlewares=[_guard])
-    app[FEED], app[AUTH], app[CFG] = feed, auth, cfg
+    app[FEED], app[AUTH], app[CFG], app[STREAMS] = feed, auth, cfg, {}
+    app.on_response_prepare.append(_security_headers)
     app.router.add_get("/", _index)
     app.router.add_static("/static/", STATIC)
     app.router.add_get("/api", _api_index)
@@ -80,12 +104,23 @@ def create_app(feed: ConsoleFeed, auth: Authenticator, cfg: ConsoleSettings, *,
     return app
 
 
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """On every response, streamed and static ones included (a signal, not a middleware, for that)."""
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+
+
+def _origin(request: web.Request) -> str:
+    """The console's own origin: configured (behind an ingress) or this server's scheme, host and port."""
+    return request.app[CFG].public_origin or f"{request.scheme}://{request.host}"
+
+
 @web.middleware
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Authenticate everything but the login page; operators only, with CSRF, for state changes."""
     path = request.path
     if path in PUBLIC or path.startswith("/static/"):
-        if request.method == "POST" and not same_origin(request.headers, request.host):
+        if request.method == "POST" and not same_origin(request.headers, _origin(request)):
             return _error(403, "cross-origin request refused")
         return await handler(request)
     who = request.app[AUTH].identify(request.headers, request.cookies)
@@ -98,7 +133,7 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not who.can_act:
             return _error(403, f"{who.name} is a viewer; only operators act")
         if who.needs_csrf and not (csrf_ok(request.headers, request.cookies) and
-                                   same_origin(request.headers, request.host)):
+                                   same_origin(request.headers, _origin(request))):
             return _error(403, "CSRF token missing or wrong (send the tg_csrf cookie's value as X-CSRF-Token)")
     return await handler(request)
 
@@ -126,11 +161,8 @@ async def health(request: web.Request) -> web.StreamResponse:
 
 async def login(request: web.Request) -> web.StreamResponse:
     """Exchange a token ({"token": ...}) for an HttpOnly session cookie and a CSRF cookie."""
-    try:
-        body = await request.json()
-    except json.JSONDecodeError:
-        body = {}
-    who = request.app[AUTH].by_token(str(body.get("token", "")), "cookie") if isinstance(body, dict) else None
+    body = await _body(request)
+    who = request.app[AUTH].by_token(str(body.get("token", "")), "cookie")
     if who is None:
         return _error(401, "unknown token")
     resp = _json(_who(who))
@@ -199,7 +231,20 @@ async def controls(request: web.Request) -> web.StreamResponse:
 
 async def events(request: web.Request) -> web.StreamResponse:
     """Server-sent events: incident, decision, result, audit, rails, operator, resync."""
-    feed = request.app[FEED]
+    feed, who, open_streams = request.app[FEED], request[IDENTITY], request.app[STREAMS]
+    cap = request.app[CFG].max_streams_per_user
+    if open_streams.get(who.name, 0) >= cap:
+        return _error(429, f"{who.name} already holds {cap} live event streams (console.max_streams_per_user)")
+    open_streams[who.name] = open_streams.get(who.name, 0) + 1
+    try:
+        return await _stream_events(request, feed)
+    finally:
+        open_streams[who.name] -= 1
+        if not open_streams[who.name]:
+            del open_streams[who.name]
+
+
+async def _stream_events(request: web.Request, feed: ConsoleFeed) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                        "X-Accel-Buffering": "no"})
     await resp.prepare(request)
@@ -242,15 +287,15 @@ async def reset_breaker(request: web.Request) -> web.StreamResponse:
 async def return_node(request: web.Request) -> web.StreamResponse:
     """Return an evicted node to the standby pool after a passing self-check. Operators only.
 
-    Body: {"report": <selfcheck JSON>} optional; without it the latest passing
-    self-check result act's agents published for the node is sent.
+    The latest passing self-check result published for the node goes along
+    for the audit trail only: act returns the node on a self-check it holds
+    itself (one it ran, or one the node's agent signed), never on a report in
+    the request, so a report in the body is not taken.
     """
     node = request.match_info["node"]
     body = await _body(request)
-    report = body.get("report")
-    if not isinstance(report, dict):
-        check = request.app[FEED].state.selfchecks.get(node)
-        report = check.details if check is not None and check.details.get("passed") is True else None
+    check = request.app[FEED].state.selfchecks.get(node)
+    report = check.details if check is not None and check.status == "ok" else None
     if report is None:
         return _error(409, f"no passing self-check of {node} is known; run one first")
     return await _send(request, "return_node", node, str(body.get("reason", "")), report)
@@ -272,9 +317,11 @@ async def _send(request: web.Request, verb: str, subject: str, reason: str,
     """Audit the request under the operator's name, then publish the command for act."""
     who: Identity = request[IDENTITY]
     now = time.time()
-    command = OperatorCommand(ts=now, id=f"op-{uuid.uuid4().hex[:16]}", verb=verb, operator=who.name,  # type: ignore[arg-type]
-                              subject_id=subject, reason=reason, report=report)
     feed = request.app[FEED]
+    if feed.signer is None:
+        return _error(503, "this console holds no signing key (security.console_private_key); it cannot act")
+    command = OperatorCommand(ts=now, id=f"op-{uuid.uuid4().hex}", verb=verb, operator=who.name,  # type: ignore[arg-type]
+                              subject_id=subject, reason=reason, report=report, expires=now + feed.command_ttl_s)
     dec = feed.state.decisions.get(subject)
     await feed.publish(AuditEntry(ts=now, event=f"console_{verb}", subject_id=subject or verb, actor=who.name,
                                   detail={"command": command.id, "via": who.via, "role": who.role, "reason": reason,
@@ -284,13 +331,40 @@ async def _send(request: web.Request, verb: str, subject: str, reason: str,
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
+    """The JSON object sent, {} when none was; `BadBody` (400) when it is malformed or too deep."""
     if not request.can_read_body:
         return {}
-    try:
-        body = await request.json()
-    except json.JSONDecodeError:
+    raw = await request.read()
+    if not raw.strip():
         return {}
-    return body if isinstance(body, dict) else {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
+        raise BadBody("request body is not valid JSON (or is nested too deeply)") from None
+    if not isinstance(body, dict):
+        raise BadBody("request body must be a JSON object")
+    limit = request.app[CFG].max_json_depth
+    if json_depth(body, limit) > limit:
+        raise BadBody(f"request body is nested deeper than {limit} levels")
+    return body
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """How deeply `value` nests (a scalar: 0), counted without recursion and only up to `limit` + 1.
+
+    >>> json_depth({"a": [1, {"b": 2}]}, 16), json_depth([[[[]]]], 2)
+    (3, 3)
+    """
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if not isinstance(item, (dict, list)):
+            continue
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return depth
+        todo.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _who(who: Identity) -> dict[str, Any]:

@@ -155,7 +155,34 @@ def csrf_ok(headers: Mapping[str, str], cookies: Mapping[str, str]) -> bool:
     return bool(sent) and bool(kept) and hmac.compare_digest(sent, kept)
 
 
-def same_origin(headers: Mapping[str, str], host: str) -> bool:
-    """A browser's Origin, when it sends one, must be this server."""
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def normal_origin(origin: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin or URL, the port made explicit; None if it is not http(s).
+
+    >>> normal_origin("HTTPS://Console.example"), normal_origin("http://h:8765/x"), normal_origin("null")
+    (('https', 'console.example', 443), ('http', 'h', 8765), None)
+    """
+    scheme, sep, rest = origin.strip().partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in DEFAULT_PORTS:
+        return None
+    netloc = rest.split("/", 1)[0].lower()
+    host, colon, port = netloc.rpartition(":") if not netloc.endswith("]") else (netloc, "", "")
+    if not colon:
+        host, port = netloc, ""
+    try:
+        return scheme, host, int(port) if port else DEFAULT_PORTS[scheme]
+    except ValueError:
+        return None
+
+
+def same_origin(headers: Mapping[str, str], expected: str) -> bool:
+    """A browser's Origin, when it sends one, must be this console: same scheme, host and port.
+
+    `expected` is the console's own origin (`scheme://host[:port]`): an
+    `https://` page on the same host name is another origin than an http console.
+    """
     origin = headers.get("Origin", "")
-    return not origin or origin.split("://", 1)[-1] == host
+    return not origin or (normal_origin(origin) is not None and normal_origin(origin) == normal_origin(expected))

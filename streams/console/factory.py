@@ -13,11 +13,13 @@ from aiohttp import web
 from kafka.errors import KafkaError
 
 from actions.settings import ActionSettings
+from schemas.keys import SecuritySettings
+from schemas.signing import KeyFileError
 from schemas.topics import Topics
 from streams.admin import ensure_configured_topics
 from streams.console.app import AssetsMissing, create_app
 from streams.console.auth import Authenticator, CredentialsError, load_users
-from streams.console.feed import ConsoleFeed
+from streams.console.feed import READ, ConsoleFeed
 from streams.console.settings import ConsoleSettings
 from streams.console.state import ConsoleState
 from streams.settings import KafkaConfig
@@ -32,6 +34,9 @@ class ConsoleConfig(KafkaConfig, Protocol):
     @property
     def actions(self) -> ActionSettings: ...
 
+    @property
+    def security(self) -> SecuritySettings: ...
+
 
 class ConsoleRefused(RuntimeError):
     """A one-line reason the console cannot start."""
@@ -41,7 +46,7 @@ def create_console(settings: ConsoleConfig, cfg: ConsoleSettings | None = None) 
     """The console's web app over the configured topics (`cfg` overrides `settings.console`).
 
     Checks, in order: the credentials file, that someone can log in at all, the
-    broker (creating missing topics), the browser assets.
+    broker (creating missing topics), the console's signing key, the browser assets.
     """
     cfg = settings.console if cfg is None else cfg
     try:
@@ -54,11 +59,17 @@ def create_console(settings: ConsoleConfig, cfg: ConsoleSettings | None = None) 
         raise ConsoleRefused("no way to log in: set console.credentials_file (or --credentials) or "
                              "console.trusted_user_header")
     try:
-        ensure_configured_topics(settings)
+        # only the topics the console reads and writes: a console principal may describe nothing else
+        ensure_configured_topics(settings, [Topics(settings.topics.prefix).name(t) for t in READ])
     except KafkaError as exc:
         raise ConsoleRefused(f"broker {settings.broker.servers} unreachable: {exc}") from None
-    feed = ConsoleFeed(settings.broker.servers, Topics(settings.topics.prefix),
-                       ConsoleState(standby_nodes=list(settings.actions.standby_nodes)))
+    try:  # no default key: a console that could not sign would send commands act must refuse
+        signer = settings.security.signer("console")
+    except KeyFileError as exc:
+        raise ConsoleRefused(str(exc)) from None
+    feed = ConsoleFeed(settings.broker, Topics(settings.topics.prefix),
+                       ConsoleState(standby_nodes=list(settings.actions.standby_nodes)), signer=signer,
+                       command_ttl_s=settings.security.command_ttl_s)
     try:
         return create_app(feed, auth, cfg)
     except AssetsMissing as exc:

@@ -6,6 +6,11 @@ whole picture), feeds every record to the pure `ConsoleState`, and fans the
 resulting live events out to the page's server-sent-event streams. Operator
 commands and the console's own audit entries go out with acks=all and are
 awaited, so the API answers only once the broker holds them.
+
+Both clients are built by `streams.kafka_io` from the configured
+`BrokerSettings`, so the console reaches a TLS / SASL cluster like every
+other client. Operator commands are signed with the console's own key
+(`security.console_private_key`): act applies nothing the console did not sign.
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from schemas.codec import Codec, DecodeError
-from schemas.records import Record
+from schemas.kafka_config import BrokerSettings
+from schemas.records import OperatorCommand, Record
+from schemas.signing import Signer
 from schemas.topics import Topics, key_for
+from streams import kafka_io
 from streams.console.state import ConsoleState, Event
 
 log = logging.getLogger(__name__)
@@ -27,11 +35,18 @@ READ = ("incidents", "decisions", "actions", "action-results", "audit", "operato
 QUEUE_SIZE = 1000
 
 
+class Unsigned(RuntimeError):
+    """The console holds no signing key, so it cannot send operator commands."""
+
+
 class ConsoleFeed:
     """Consumes the topics into a `ConsoleState`; publishes records; fans out events."""
 
-    def __init__(self, servers: str, topics: Topics, state: ConsoleState, codec: Codec | None = None) -> None:
-        self.servers = servers
+    def __init__(self, broker: BrokerSettings | str, topics: Topics, state: ConsoleState, codec: Codec | None = None,
+                 signer: Signer | None = None, command_ttl_s: float = 120.0) -> None:
+        self.broker = kafka_io.as_broker(broker)
+        self.signer = signer
+        self.command_ttl_s = command_ttl_s  # an operator command's expiry, after which act refuses it
         self.topics = topics
         self.state = state
         self.codec = codec or Codec()
@@ -44,9 +59,9 @@ class ConsoleFeed:
 
     async def start(self) -> None:
         """Connect both clients and start consuming in the background."""
-        self._consumer = AIOKafkaConsumer(*(self.topics.name(t) for t in READ), bootstrap_servers=self.servers,
-                                          group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
-        self._producer = AIOKafkaProducer(bootstrap_servers=self.servers, acks="all")
+        self._consumer = kafka_io.aio_consumer(self.broker, *(self.topics.name(t) for t in READ), group_id=None,
+                                               read_committed=False)
+        self._producer = kafka_io.aio_producer(self.broker)
         await self._consumer.start()
         await self._producer.start()
         self._task = asyncio.create_task(self._run())
@@ -76,10 +91,16 @@ class ConsoleFeed:
                 await client.stop()
 
     async def publish(self, record: Record) -> None:
-        """Send one record to its topic and wait until the broker has it."""
+        """Send one record to its topic and wait until the broker has it (an operator command signed)."""
         assert self._producer is not None
         key = key_for(record) or None
-        await self._producer.send_and_wait(self.topics.for_record(record), self.codec.encode(record), key=key)
+        value = self.codec.encode(record)
+        headers = None
+        if isinstance(record, OperatorCommand):
+            if self.signer is None:
+                raise Unsigned("the console has no signing key (security.console_private_key)")
+            headers = self.signer.headers(value)
+        await self._producer.send_and_wait(self.topics.for_record(record), value, key=key, headers=headers)
 
     def subscribe(self) -> asyncio.Queue[Event]:
         """A queue of live events for one page (bounded: a stalled page gets a `resync`)."""

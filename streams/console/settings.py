@@ -22,4 +22,9 @@ class ConsoleSettings(BaseModel):
     operator_groups: list[str] = Field(default_factory=lambda: ["trainguard-operators"],
                                        description="groups whose members may act (others only view)")
     secure_cookies: bool = Field(False, description="mark cookies Secure (set when served over HTTPS)")
+    public_origin: str = Field("", description="the console's origin as browsers see it (scheme://host[:port]), "
+                               "e.g. behind a TLS ingress; empty: this server's own scheme, host and port")
+    max_streams_per_user: int = Field(4, ge=1, description="live event streams (/api/events) one principal may "
+                                      "hold open at once; more get 429")
+    max_json_depth: int = Field(16, ge=1, description="request bodies nested deeper than this get 400")
     suspect_s: float = Field(900.0, gt=0, description="a node named by an incident this recently is 'suspect'")

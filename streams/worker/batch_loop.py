@@ -51,6 +51,7 @@ SNAPSHOT_BUDGET = 0.05  # share of the loop's time that snapshots may take
 # make the commit interval: a third of its 15 s timeout (kafka_io.aio_producer), so a slow batch
 # after the deadline still commits in time (issue 21: 50,000 new jobs in a minute outlived it).
 TXN_BUDGET_S = 5.0
+CENSUS_BUDGET = 0.01  # share of the loop's time that counting detector state for /metrics may take
 Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
 
 
@@ -96,6 +97,7 @@ class BatchLoop:
         self._offsets: dict[TopicPartition, int] = {}  # next offset to commit, per partition
         self._answer: tuple[int | None, float] = (None, 0.0)  # newest fetch-response stamp, when it changed
         self.stale_after_s = 3.0
+        self._next_census = float("-inf")  # when detector state is next counted for /metrics
 
     def stop(self) -> None:
         """Ask the loop to finish its current batch and return."""
@@ -169,6 +171,7 @@ class BatchLoop:
             if self.metrics is not None and now >= next_lag:
                 next_lag = now + self.lag_interval_s
                 self.metrics.refresh_lag(lambda t, p: _highwater(consumer, TopicPartition(t, p)))
+                self.count_state(now)
 
     async def _observe_broker(self, consumer: AIOKafkaConsumer) -> None:
         """Tell each task's clock which partitions are caught up and whether the broker answers.
@@ -297,6 +300,22 @@ class BatchLoop:
         if self._txn_since is not None:
             self.longest_txn_s = max(self.longest_txn_s, time.monotonic() - self._txn_since)
             self._txn_since = None
+
+
+    def count_state(self, now: float) -> None:
+        """Count the tasks' detector state for /metrics when it is due, so that a scrape never walks it.
+
+        Counting is O(state) (106 ms of CPU at 4,096 nodes): it runs at most every
+        `lag_interval_s`, and less often where it would take over CENSUS_BUDGET of the loop.
+        """
+        census = self.metrics.census if self.metrics is not None else None
+        if census is None or now < self._next_census:
+            return
+        started = time.process_time()
+        for task in list(self.tasks.values()):
+            census.count(task.number, task.processor.pipeline.detectors)
+        census.retain(self.tasks)
+        self._next_census = now + max(self.lag_interval_s, (time.process_time() - started) / CENSUS_BUDGET)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -14,14 +14,14 @@ import socket
 from typing import Any
 
 import faust
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from detectors.pipeline import DetectionPipeline
 from schemas.kafka_config import client_options
 from schemas.topics import Topics
 from streams.settings import WorkerConfig
 from streams.worker.batch_loop import BatchLoop
-from streams.worker.metrics import WorkerMetrics, detector_evictions, detector_state_sizes
+from streams.worker.metrics import StateCensus, WorkerMetrics
 from streams.worker.tasks import NodeJobTable, TaskFactory
 from streams.worker.watermark import EventClock
 
@@ -62,8 +62,7 @@ def create_worker_app(settings: WorkerConfig) -> faust.App:
     app.trainguard_batch_loop = loop  # type: ignore[attr-defined]
     metrics = None
     if settings.metrics.enabled:
-        metrics = loop.metrics = WorkerMetrics(stats=factory.stats, topics=topics, state_sizes=lambda: _sizes(loop),
-                                               evictions=lambda: _evictions(loop))
+        metrics = loop.metrics = WorkerMetrics(stats=factory.stats, topics=topics, census=StateCensus())
         app.trainguard_metrics = metrics  # type: ignore[attr-defined]
 
     @app.task
@@ -75,30 +74,12 @@ def create_worker_app(settings: WorkerConfig) -> faust.App:
     return app
 
 
-def _sizes(loop: BatchLoop) -> dict[str, int]:
-    """Detector state sizes summed over this worker's tasks."""
-    total: dict[str, int] = {}
-    for task in list(loop.tasks.values()):
-        for name, size in detector_state_sizes(task.processor.pipeline.detectors)().items():
-            total[name] = total.get(name, 0) + size
-    return total
-
-
-def _evictions(loop: BatchLoop) -> dict[str, int]:
-    """Keys dropped by the detectors' bounded maps, summed over this worker's tasks."""
-    total: dict[str, int] = {}
-    for task in list(loop.tasks.values()):
-        for name, count in detector_evictions(task.processor.pipeline.detectors)().items():
-            total[name] = total.get(name, 0) + count
-    return total
-
-
 def _pages(app: faust.App, loop: BatchLoop, metrics: WorkerMetrics | None) -> None:
     """/metrics (Prometheus), /healthz (the process answers), /readyz (assigned, state restored)."""
 
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:
-        body = generate_latest(metrics.registry) if metrics is not None else b""
+        body = metrics.render() if metrics is not None else b""
         return web.bytes(body, content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     @app.page("/healthz")

@@ -62,7 +62,7 @@ def test_act_on_a_new_machine_knows_what_the_old_one_knew(kafka: str, topic_pref
                                                           keys: Any) -> None:
     keys.node("node-1", "node-2", "spare-1")
     topics = Topics(topic_prefix)
-    tap = Tap(kafka, topics)
+    tap = Tap(kafka, topics, keys)
     state_dir = tmp_path / "act"
     base = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": topic_prefix,
             "TRAINGUARD_TOPICS__PARTITIONS": "2", **keys.env(),
@@ -109,7 +109,7 @@ def test_act_on_a_new_machine_knows_what_the_old_one_knew(kafka: str, topic_pref
         restart = tap.wait(lambda r: isinstance(r, ActionCommand) and r.action == "restart_from_checkpoint"
                            and r.incident_id == "nan-250", timeout_s=90)
         assert restart.params["step"] == 100  # the remembered checkpoint, not from scratch
-        assert restart.nodes == ["node-2", "spare-1"]  # node-1 stays evicted, never targeted; the spare stays in
+        assert restart.nodes == ["spare-1", "node-2"]  # node-1 stays evicted, never targeted; its spare in its place
         assert restart.params["exclude_nodes"] == ["node-1"]
         assert restart.params["attempt"] == old["rails"]["attempts"][JOB] + 1  # the generation goes on
         acts[1].send_signal(signal.SIGTERM)

@@ -43,7 +43,7 @@ def test_act_killed_while_an_agent_stops_the_evicted_node(kafka: str, topic_pref
                                                           keys: Any) -> None:
     keys.node("node-1", "node-2")
     topics = Topics(topic_prefix)
-    tap = Tap(kafka, topics)
+    tap = Tap(kafka, topics, keys)
     base = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": topic_prefix,
             "TRAINGUARD_TOPICS__PARTITIONS": "2", **keys.env(),
             "TRAINGUARD_ACTIONS__GROUP_ID": f"a-{topic_prefix}", "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp_path / "act"),

@@ -39,8 +39,8 @@ JOB = "act-e2e"
 class Tap:
     """Reads every topic of the test from the beginning; keeps what it saw."""
 
-    def __init__(self, servers: str, topics: Topics) -> None:
-        self.topics, self.codec = topics, Codec()
+    def __init__(self, servers: str, topics: Topics, keys: Any = None) -> None:
+        self.topics, self.codec, self.keys = topics, Codec(), keys  # keys: incidents go out worker-signed
         names = ("training", "checkpoints", "actions", "action-results", "audit", "decisions")
         self.consumer = KafkaConsumer(*(topics.name(n) for n in names), bootstrap_servers=servers,
                                       auto_offset_reset="earliest", group_id=None, metadata_max_age_ms=1000)
@@ -48,7 +48,9 @@ class Tap:
         self.seen: list[Record] = []
 
     def publish(self, record: Record) -> None:
-        self.producer.send(self.topics.for_record(record), key=key_for(record), value=self.codec.encode(record))
+        value = self.codec.encode(record)
+        headers = self.keys.signed(value, record) if self.keys is not None else None
+        self.producer.send(self.topics.for_record(record), key=key_for(record), value=value, headers=headers)
         self.producer.flush()
 
     def wait(self, pred: Callable[[Record], bool], timeout_s: float = 90.0) -> Record:
@@ -74,8 +76,8 @@ class Tap:
 
 
 @pytest.fixture
-def tap(kafka: str, topic_prefix: str) -> Iterator[Tap]:
-    t = Tap(kafka, Topics(topic_prefix))
+def tap(kafka: str, topic_prefix: str, keys: Any) -> Iterator[Tap]:
+    t = Tap(kafka, Topics(topic_prefix), keys)
     yield t
     t.close()
 

@@ -50,15 +50,17 @@ ARTIFACTS = Path(os.environ.get("TRAINGUARD_TEST_ARTIFACTS", "out/test-artifacts
 class Tap:
     """Publishes test records; reads what act and the console publish (actions, audit) from the start."""
 
-    def __init__(self, servers: str, topics: Topics) -> None:
-        self.topics, self.codec = topics, Codec()
+    def __init__(self, servers: str, topics: Topics, keys: Any = None) -> None:
+        self.topics, self.codec, self.keys = topics, Codec(), keys  # keys: incidents go out worker-signed
         self.consumer = KafkaConsumer(topics.name("actions"), topics.name("audit"), bootstrap_servers=servers,
                                       auto_offset_reset="earliest", group_id=None, metadata_max_age_ms=1000)
         self.producer = KafkaProducer(bootstrap_servers=servers, acks="all")
         self.seen: list[Record] = []
 
     def publish(self, record: Record) -> None:
-        self.producer.send(self.topics.for_record(record), key=key_for(record), value=self.codec.encode(record))
+        value = self.codec.encode(record)
+        headers = self.keys.signed(value, record) if self.keys is not None else None
+        self.producer.send(self.topics.for_record(record), key=key_for(record), value=value, headers=headers)
         self.producer.flush()
 
     def drain(self, seconds: float) -> None:
@@ -182,7 +184,7 @@ def stack(kafka: str, tmp_path_factory: pytest.TempPathFactory, keys: Any) -> It
     act, act_log = start(["act", "--executor", "local", "--timeout", "600"], env, tmp)
     ui, ui_log = start(["ui", "--port", "0", "--credentials", str(tmp / "users.yaml"), "--timeout", "600"], env, tmp)
     url = console_url(ui, ui_log)
-    tap = Tap(kafka, Topics(prefix))
+    tap = Tap(kafka, Topics(prefix), keys)
     tap.publish(JobTopology(ts=time.time(), job=JOB, world_size=8, dp=8, rank_nodes=dict(enumerate(NODES))))
     t0 = time.time() - 60
     for step in range(1, 41):

@@ -56,7 +56,7 @@ def diagnose(kafka: str, topic_prefix: str, tmp_path: Path, keys: Any, *, faults
     """Run the whole hang plan; returns what was seen, each agent's pid, and act's journal."""
     keys.node(*NODES)
     topics = Topics(topic_prefix)
-    tap = Tap(kafka, topics)
+    tap = Tap(kafka, topics, keys)
     base = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": topic_prefix,
             "TRAINGUARD_TOPICS__PARTITIONS": "2", **keys.env(), "PYTHONUNBUFFERED": "1", "STOP_S": "1",
             "TRAINGUARD_ACTIONS__GROUP_ID": f"a-{topic_prefix}", "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp_path / "act"),

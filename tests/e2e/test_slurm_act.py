@@ -156,7 +156,9 @@ def test_act_drains_and_requeues_then_a_passing_check_resumes(slurm: Slurm, kafk
         incident = Incident(ts=now, id="inc-slurm-1", kind="hw_fault", job=job, onset=now, detected_at=now,
                             nodes=["gn1"])
         producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
-        producer.send(topics.for_record(incident), key=key_for(incident), value=Codec().encode(incident))
+        value = Codec().encode(incident)
+        producer.send(topics.for_record(incident), key=key_for(incident), value=value,
+                      headers=keys.signed(value, incident))  # as the worker signs it
         producer.flush()
         producer.close()
         out, _ = act.communicate(timeout=150)

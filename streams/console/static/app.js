@@ -10,6 +10,7 @@ function el(tag, attrs, ...kids) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (k === "on") for (const [ev, fn] of Object.entries(v)) node.addEventListener(ev, fn);
     else if (k === "cls") node.className = v;
+    else if (k === "style") node.style.cssText = v; // CSSOM: allowed by the CSP, a style attribute is not
     else if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v === true ? "" : v);
   }
   for (const kid of kids.flat(Infinity)) if (kid !== null && kid !== undefined) node.append(kid instanceof Node ? kid : String(kid));

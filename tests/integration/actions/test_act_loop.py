@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,8 @@ def test_burst_across_half_the_nodes_trips_the_breaker(topic_prefix: str, kafka:
     records += [Incident(ts=now + i, id=f"hw-{i}", kind="hw_fault", job="llm", onset=now + i,
                          detected_at=now + i, nodes=[NODES[i]]) for i in range(4)]
     for record in records:
-        producer.send(topics.for_record(record), key=key_for(record), value=codec.encode(record))
+        value = codec.encode(record)
+        producer.send(topics.for_record(record), key=key_for(record), value=value, headers=keys.signed(value, record))
     producer.flush()
     producer.close()
     log = tmp_path / "decisions.jsonl"
@@ -70,8 +72,9 @@ def test_burst_across_half_the_nodes_trips_the_breaker(topic_prefix: str, kafka:
 
 def test_act_trusts_only_signed_incidents_and_results(topic_prefix: str, kafka: str, tmp_path: Path,
                                                       keys: Any) -> None:
-    """Where ACLs cannot guard the incidents topic, only the worker's signed incidents are acted on;
-    a result counts only when the node it names signed it. Everything else is audited."""
+    """With the default settings (the keys `trainguard keys generate` makes), only the worker's signed
+    incidents are acted on; a result counts only when the node it names signed it. Everything else is
+    audited."""
     keys.node("n1")
     topics = Topics(topic_prefix)
     ensure_topics(kafka, topics.all(), partitions=1, replication=1)
@@ -97,7 +100,7 @@ def test_act_trusts_only_signed_incidents_and_results(topic_prefix: str, kafka: 
     env = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": topic_prefix,
            "TRAINGUARD_TOPICS__PARTITIONS": "1", "TRAINGUARD_ACTIONS__GROUP_ID": f"a-{topic_prefix}",
            "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp_path / "act"),
-           **keys.env(worker_public_keys=[str(keys.root / "worker.pub")])}
+           **keys.env()}
     done = subprocess.run([sys.executable, "-m", "trainguard.cli", "act", "--dry-run", "--max-incidents", "1",
                            "--timeout", "60", "--log", str(log)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -118,3 +121,69 @@ def _read_all(kafka: str, topic: str, codec: Codec) -> list[Any]:
         return [codec.decode(m.value) for m in kafka_io.read_to_end(consumer, kafka_io.partitions_for(consumer, topic))]
     finally:
         consumer.close()
+
+
+def test_without_a_worker_key_act_refuses_to_start_unless_acls_are_trusted_by_name(
+        topic_prefix: str, kafka: str, tmp_path: Path, keys: Any) -> None:
+    """With the default keys, a real (not dry-run) act refuses an unsigned incident and audits it. No worker
+    key: one line, exit 2, naming the setting. Set explicitly, act starts, warns naming it, shows it on
+    /metrics (its readiness probe), and then acts on the unsigned incident."""
+    keys.node("n1")
+    topics = Topics(topic_prefix)
+    ensure_topics(kafka, topics.all(), partitions=1, replication=1)
+    base = {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": topic_prefix,
+            "TRAINGUARD_TOPICS__PARTITIONS": "1", "TRAINGUARD_ACTIONS__GROUP_ID": f"a-{topic_prefix}",
+            "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp_path / "act"), "TRAINGUARD_ACTIONS__APPROVAL_KINDS": '["hw_fault"]',
+            **keys.env(worker_public_keys=[])}  # held for approval: nothing waits for an agent
+    base.pop("TRAINGUARD_SECURITY__WORKER_PRIVATE_KEY")
+    log = tmp_path / "decisions.jsonl"
+    cmd = [sys.executable, "-m", "trainguard.cli", "act", "--executor", "local", "--max-incidents", "1",
+           "--timeout", "60", "--log", str(log)]
+    refused = subprocess.run(cmd, env=base, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "incidents_trusted_by_acl" in refused.stderr and "worker_public_keys" in refused.stderr
+
+    now = time.time()
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    unsigned = Incident(ts=now, id="by-acl", kind="hw_fault", job="llm", onset=now, detected_at=now, nodes=["n1"])
+    producer.send(topics.for_record(unsigned), key=key_for(unsigned), value=Codec().encode(unsigned))
+    producer.flush()
+    producer.close()
+    defaults = {**os.environ, **{k: v for k, v in base.items() if k.startswith("TRAINGUARD_")}, **keys.env(),
+                "TRAINGUARD_ACTIONS__GROUP_ID": f"d-{topic_prefix}", "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp_path / "d")}
+    by_default = subprocess.run([*cmd[:-4], "--timeout", "12", "--log", str(tmp_path / "default.jsonl")],
+                                env=defaults, capture_output=True, text=True, timeout=90)
+    assert by_default.returncode == 0, by_default.stdout + by_default.stderr
+    assert not (tmp_path / "default.jsonl").exists()  # the default act (not a dry run) decided nothing
+    audit = _read_all(kafka, topics.name("audit"), Codec())
+    assert [(a.event, a.detail["reason"]) for a in audit if isinstance(a, AuditEntry) and a.subject_id == "by-acl"] == [
+        ("incident_rejected", "unsigned (no tg-kid/tg-sig headers)")]
+
+    port = _free_port()
+    trusting = {**base, "TRAINGUARD_SECURITY__INCIDENTS_TRUSTED_BY_ACL": "true"}
+    proc = subprocess.Popen([*cmd, "--metrics-port", str(port)], env=trusting, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    metric = ""
+    deadline = time.monotonic() + 60
+    while not metric and time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as page:  # noqa: S310
+                metric = next((line for line in page.read().decode().splitlines()
+                               if line.startswith("trainguard_act_incidents_unverified ")), "")
+        except OSError:
+            time.sleep(0.3)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    said = " ".join(out.split())
+    assert "WARNING" in said and "security.incidents_trusted_by_acl" in said
+    assert metric == "trainguard_act_incidents_unverified 1.0"
+    decided = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(d["incident_id"], d["status"]) for d in decided] == [("by-acl", "awaiting_approval")]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

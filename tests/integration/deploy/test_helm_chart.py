@@ -23,7 +23,8 @@ from trainguard.settings import load_settings
 BASE = {"kafka": {"bootstrap": "kafka-bootstrap.kafka.svc:9093"}}
 FULL = {
     "kafka": {"bootstrap": "k:9093", "credentials": {"username": "tg", "password": "s3cret"}},
-    "signing": {"privateKey": "-----BEGIN PRIVATE KEY-----x", "publicKeys": {"k1.pub": "-----BEGIN PUBLIC KEY-----y"}},
+    "signing": {"privateKey": "-----BEGIN PRIVATE KEY-----x", "publicKeys": {"k1.pub": "-----BEGIN PUBLIC KEY-----y"},
+                "workerKeyExistingSecret": "tg-worker-key", "consoleKeyExistingSecret": "tg-console-key"},
     "collectors": {"profile": "restricted"},
     "act": {"replicas": 2, "leaderElection": {"enabled": True}, "dryRun": False, "trainingNamespaces": ["team-a", "team-b"], "nodeNames": ["gpu-1"]},
     "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
@@ -254,3 +255,26 @@ def test_dcgm_exporter_source_needs_no_nvidia_runtime_and_npd_reads_only(tmp_pat
     assert spec["serviceAccountName"] == "tg-trainguard-collectors"
     with pytest.raises(Exception, match="gpuSource"):
         render({**FULL, "collectors": {"gpuSource": "smi"}}, tmp=tmp_path)
+
+
+def test_worker_and_console_keys_reach_only_their_pods_and_act_verifies_with_their_public_keys(
+        tmp_path: Path) -> None:
+    docs = render(FULL, tmp=tmp_path)
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs
+            if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet")}
+
+    def env(name: str) -> dict[str, str]:
+        return {e["name"]: e.get("value", "") for e in pods[name]["containers"][0].get("env", [])}
+
+    def secrets(name: str) -> set[str]:
+        return {v["secret"]["secretName"] for v in pods[name]["volumes"] if "secret" in v}
+
+    assert env("tg-trainguard-worker")["TRAINGUARD_SECURITY__WORKER_PRIVATE_KEY"] == "/etc/trainguard/worker-key/worker.key"
+    assert env("tg-trainguard-console")["TRAINGUARD_SECURITY__CONSOLE_PRIVATE_KEY"] == \
+        "/etc/trainguard/console-key/console.key"
+    act = env("tg-trainguard-act")
+    assert act["TRAINGUARD_SECURITY__WORKER_PUBLIC_KEYS"] == '["/etc/trainguard/public-keys/worker.pub"]'
+    assert act["TRAINGUARD_SECURITY__CONSOLE_PUBLIC_KEYS"] == '["/etc/trainguard/public-keys/console.pub"]'
+    holders = {name for name in pods if secrets(name) & {"tg-worker-key", "tg-console-key"}}
+    assert holders == {"tg-trainguard-worker", "tg-trainguard-console"}  # act and the collectors never get them
+    assert "tg-worker-key" in secrets("tg-trainguard-worker") and "tg-console-key" in secrets("tg-trainguard-console")

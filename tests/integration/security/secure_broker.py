@@ -34,7 +34,8 @@ from lab.localkafka.broker import LocalBroker
 from trainguard.settings import BrokerSettings
 
 USERS = {"admin": "admin-secret", "collector": "collector-secret", "agent-n1": "agent-secret",
-         "worker": "worker-secret", "act": "act-secret", "scram256": "scram256-secret"}
+         "worker": "worker-secret", "act": "act-secret", "console": "console-secret", "alerts": "alerts-secret",
+         "scram256": "scram256-secret"}
 PLAIN_USERS = {"plainuser": "plain-secret"}
 
 
@@ -115,6 +116,53 @@ class SecureBroker:
         path.write_text(USERS.get(user) or PLAIN_USERS[user])
         path.chmod(0o600)
         return path
+
+    def grant_recommended(self, prefix: str, principals: dict[str, str]) -> None:
+        """Create exactly the ACLs `trainguard keys acls` recommends, role -> SCRAM user `principals[role]`."""
+        from kafka import KafkaAdminClient
+        from kafka.admin import (
+            ACL,
+            ACLFilter,
+            ACLOperation,
+            ACLPermissionType,
+            ACLResourcePatternType,
+            ResourcePattern,
+            ResourcePatternFilter,
+            ResourceType,
+        )
+
+        from schemas.kafka_config import client_options
+        from trainguard.cli.kafka_acls import recommended
+
+        options = client_options(BrokerSettings.model_validate({
+            "bootstrap": self.sasl_ssl, "security_protocol": "SASL_SSL", "tls": {"ca_file": self.ca_file},
+            "sasl": {"mechanism": "SCRAM-SHA-512", "username": "admin",
+                     "password": {"file": self.password_file("admin")}}}), "kafka-python")
+        admin = KafkaAdminClient(bootstrap_servers=self.sasl_ssl, **options)
+        acls = [ACL(principal=f"User:{principals[g.role]}", host="*", operation=ACLOperation[g.operation],
+                    permission_type=ACLPermissionType.ALLOW,
+                    resource_pattern=ResourcePattern(ResourceType[g.resource], g.name,
+                                                     ACLResourcePatternType.PREFIXED if g.prefixed
+                                                     else ACLResourcePatternType.LITERAL))
+                for g in recommended(prefix)]
+        try:
+            result = admin.create_acls(acls)
+            assert not result["failed"], result["failed"]
+            # The broker applies ACLs as it replays the metadata log: wait until it describes them all.
+            everything = ACLFilter(principal=None, host=None, operation=ACLOperation.ANY,
+                                   permission_type=ACLPermissionType.ANY,
+                                   resource_pattern=ResourcePatternFilter(ResourceType.ANY, None,
+                                                                          ACLResourcePatternType.ANY))
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                known = {(a.principal, a.operation, a.resource_pattern.resource_name)
+                         for a in admin.describe_acls(everything)[0]}
+                if all((a.principal, a.operation, a.resource_pattern.resource_name) in known for a in acls):
+                    break
+                time.sleep(0.2)
+            time.sleep(1.0)  # describe answers from the controller's view; give the authorizer a moment more
+        finally:
+            admin.close()
 
     def kafka_configs(self, *args: str) -> None:
         """The broker's own `kafka-configs` tool against the internal listener."""

@@ -6,7 +6,8 @@ not be able to do, with trainguard's own clients where one exists:
 a collector writes telemetry but not commands; an agent reads only the
 actions topic and writes results; the worker writes incidents but not
 commands; act (the positive control) writes commands, and alone writes its
-state topic (act-state) through its transactional id.
+state topic (act-state) through its transactional id; only the console
+writes the operator topic, and act reads it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePattern, ResourceType
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, TopicAuthorizationFailedError
 from secure_broker import SecureBroker
 
@@ -26,14 +26,14 @@ from actions.journal import Journal
 from collectors.agent.command_feed import KafkaCommandFeed
 from schemas.codec import Codec
 from schemas.kafka_config import BrokerSettings, client_options
-from schemas.records import ActionCommand, ActionResult, Heartbeat, Incident
+from schemas.records import ActionCommand, ActionResult, Heartbeat, Incident, OperatorCommand
 from schemas.topics import Topics
 from streams.act.state_mirror import StateMirror
 from streams.admin import ensure_topics
-from trainguard.cli.kafka_acls import recommended
 
 pytestmark = pytest.mark.broker
-PRINCIPALS = {"collector": "collector", "agent": "agent-n1", "worker": "worker", "act": "act"}
+PRINCIPALS = {"collector": "collector", "agent": "agent-n1", "worker": "worker", "act": "act", "console": "console",
+              "alerts": "alerts"}
 
 
 def _broker(b: SecureBroker, user: str) -> BrokerSettings:
@@ -44,21 +44,6 @@ def _broker(b: SecureBroker, user: str) -> BrokerSettings:
 
 def _options(b: SecureBroker, user: str) -> dict[str, Any]:
     return client_options(_broker(b, user), "kafka-python")
-
-
-def _grant(b: SecureBroker, prefix: str) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=b.sasl_ssl, **_options(b, "admin"))
-    acls = [ACL(principal=f"User:{PRINCIPALS[g.role]}", host="*", operation=ACLOperation[g.operation],
-                permission_type=ACLPermissionType.ALLOW,
-                resource_pattern=ResourcePattern(ResourceType[g.resource], g.name,
-                                                 ACLResourcePatternType.PREFIXED if g.prefixed
-                                                 else ACLResourcePatternType.LITERAL))
-            for g in recommended(prefix)]
-    try:
-        result = admin.create_acls(acls)
-        assert not result["failed"], result["failed"]
-    finally:
-        admin.close()
 
 
 def _write(b: SecureBroker, user: str, topic: str, value: bytes) -> str:
@@ -77,7 +62,7 @@ def _write(b: SecureBroker, user: str, topic: str, value: bytes) -> str:
 def test_each_principal_may_do_only_its_job(secure_broker: SecureBroker, tmp_path: Path) -> None:
     topics = Topics(f"a{uuid.uuid4().hex[:8]}.")
     ensure_topics(secure_broker.internal, topics.all(), partitions=1, replication=1)
-    _grant(secure_broker, topics.prefix)
+    secure_broker.grant_recommended(topics.prefix, PRINCIPALS)
     codec, now = Codec(), time.time()
     command = codec.encode(ActionCommand(ts=now, expires=now + 60, id="c-1", action="stop", job="j"))
     denied = TopicAuthorizationFailedError.__name__
@@ -99,6 +84,24 @@ def test_each_principal_may_do_only_its_job(secure_broker: SecureBroker, tmp_pat
     state.journal.put_state("rails", {"evicted": {"j": ["n1"]}})
     assert state.wait_durable(timeout_s=30) and state.read().items["state/rails"].value == {"evicted": {"j": ["n1"]}}
     state.close()
+
+    operator = codec.encode(OperatorCommand(ts=now, id="op-1", verb="reset_breaker", operator="alice",
+                                            expires=now + 60))
+    assert _write(secure_broker, "console", topics.name("operator"), operator) == "ok"  # the one who may
+    for other in ("collector", "agent-n1", "worker", "act"):
+        assert _write(secure_broker, other, topics.name("operator"), operator) == denied, other
+    assert _write(secure_broker, "console", topics.name("actions"), command) == denied
+    reader = KafkaConsumer(bootstrap_servers=secure_broker.sasl_ssl, group_id=None, **_options(secure_broker, "act"))
+    try:  # act reads the operator topic (with no group, as a check; act's own group is granted too)
+        reader.assign([TopicPartition(topics.name("operator"), 0)])
+        reader.seek_to_beginning()
+        got_ops: list[Any] = []
+        deadline = time.monotonic() + 30
+        while not got_ops and time.monotonic() < deadline:
+            got_ops = [m for batch in reader.poll(timeout_ms=500).values() for m in batch]
+        assert [m.value for m in got_ops] == [operator]
+    finally:
+        reader.close()
 
     result = codec.encode(ActionResult(ts=now, command_id="c-1", action="stop", status="ok", node="n1"))
     assert _write(secure_broker, "agent-n1", topics.name("action-results"), result) == "ok"

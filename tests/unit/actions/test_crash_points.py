@@ -138,7 +138,7 @@ def outcome(runner: PlanRunner, fleet: Fleet) -> dict[str, Any]:
     return {"status": decision.status, "steps": [r.status for r in runner.journal.steps(decision.id)],
             "stopped": sorted(fleet.stopped), "restarts": fleet.restarts, "evicted": dict(runner.evicted),
             "pool": runner.rails.pool.snapshot(), "cooldown": sorted(runner.rails.cooldown.snapshot()),
-            "breaker": sorted(n for _, _, n in runner.rails.breaker.snapshot()["evictions"]),
+            "breaker": sorted(n for _, _, n, _ in runner.rails.breaker.snapshot()["evictions"]),
             "tripped": runner.rails.breaker.tripped, "attempts": dict(runner.attempts)}
 
 

@@ -131,6 +131,5 @@ def test_node_incidents_without_a_job_cordon_and_count_against_the_fleet_limit(t
 def test_breaker_fleet_limit_is_never_off() -> None:
     breaker = CircuitBreaker(max_fraction=0.25, window_s=60)  # no fleet size configured
     for i in range(4):
-        assert breaker.check(job=f"job{i}", nodes=[f"n{i}"], job_size=100, ts=float(i)).allowed
-        breaker.record(job=f"job{i}", nodes=[f"n{i}"], ts=float(i))
-    assert not breaker.check(job="job9", nodes=["n9"], job_size=100, ts=5.0).allowed
+        assert breaker.reserve(job=f"job{i}", nodes=[f"n{i}"], job_size=100, now=float(i), tag=f"c{i}").allowed
+    assert not breaker.reserve(job="job9", nodes=["n9"], job_size=100, now=5.0, tag="c9").allowed

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actions.operator import apply_operator_command, passing_selfcheck
+from actions.operator import apply_operator_command, passing_selfcheck, record_selfcheck
 from schemas.records import Decision, OperatorCommand, PlannedAction
 
 RAILS = {"breaker": {"tripped": True, "reason": "3/8 nodes of job llm", "evictions": [[1.0, "llm", "n1"]]},
@@ -52,19 +52,32 @@ def test_a_stale_command_is_refused() -> None:
     assert not out.applied and out.rails["breaker"]["tripped"] is True and "old" in out.message
 
 
-def test_return_node_needs_a_passing_selfcheck_of_that_node() -> None:
+def test_return_node_needs_a_passing_selfcheck_that_act_holds() -> None:
     passing = {"passed": True, "machines": ["n3"]}
-    refused = apply_operator_command(cmd("return_node", "n3", report={"passed": False, "machines": ["n3"]}),
-                                     rails=RAILS, decision=None, now=101.0)
-    assert not refused.applied and refused.rails["pool"]["spares"] == ["s1"]
-    other = apply_operator_command(cmd("return_node", "n4", report=passing), rails=RAILS, decision=None, now=101.0)
+    held = record_selfcheck({}, ["n3"], passed=True, source="d-1-sc", now=100.0)
+    forged = apply_operator_command(cmd("return_node", "n3", report=passing), rails=RAILS, decision=None, now=101.0)
+    assert not forged.applied and forged.rails["pool"]["spares"] == ["s1"]  # a report in the request: nothing
+    assert "no self-check" in forged.message
+    failed = record_selfcheck(held, ["n3"], passed=False, source="d-2-sc", now=100.5)  # the newest verdict wins
+    refused = apply_operator_command(cmd("return_node", "n3"), rails=RAILS, decision=None, now=101.0, checks=failed)
+    assert not refused.applied and "failed" in refused.message
+    other = apply_operator_command(cmd("return_node", "n4"), rails=RAILS, decision=None, now=101.0, checks=held)
     assert not other.applied
-    out = apply_operator_command(cmd("return_node", "n3", report=passing), rails=RAILS, decision=None, now=101.0)
+    out = apply_operator_command(cmd("return_node", "n3"), rails=RAILS, decision=None, now=101.0, checks=held)
     assert out.applied and out.rails["pool"]["spares"] == ["s1", "n3"] and out.rails["evicted"]["llm"] == ["n4"]
-    twice = apply_operator_command(cmd("return_node", "n3", report=passing), rails=out.rails, decision=None, now=101.0)
+    twice = apply_operator_command(cmd("return_node", "n3"), rails=out.rails, decision=None, now=101.0, checks=held)
     assert not twice.applied and twice.rails["pool"]["spares"] == ["s1", "n3"]
 
 
 def test_passing_selfcheck_reads_stage_digests_too() -> None:
     report = {"passed": True, "stages": [{"detail": {"digests": {"n7": "abc"}}}]}
     assert passing_selfcheck(report, "n7") and not passing_selfcheck(report, "n8")
+
+
+def test_a_command_dated_ahead_of_acts_clock_is_refused_not_kept_fresh_for_ever() -> None:
+    ahead = cmd("reset_breaker", ts=101.0 + 10_000)  # a year's replay window, were it accepted
+    out = apply_operator_command(ahead, rails=RAILS, decision=None, now=101.0, max_age_s=300)
+    assert not out.applied and "ahead of act's clock" in out.message
+    assert out.rails["breaker"]["tripped"]
+    near = apply_operator_command(cmd("reset_breaker", ts=160.0), rails=RAILS, decision=None, now=101.0)
+    assert near.applied  # a console clock a minute ahead is tolerated

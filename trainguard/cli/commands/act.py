@@ -48,7 +48,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import msgspec
 
     from schemas.topics import Topics
-    from streams.act.factory import create_action_app
+    from streams.act.factory import ACL_TRUST_WARNING, create_action_app
     from streams.admin import ensure_configured_topics, require_broker
 
     console = Console()
@@ -59,6 +59,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if not dry_run:  # before touching the broker: no keys, no start (one line, exit 2)
         settings.security.signer("act")
         settings.security.required_ring("node")
+        settings.security.incident_ring()  # no worker key: no start, unless incidents_trusted_by_acl
     require_broker(settings)
     ensure_configured_topics(settings)
     args.log.parent.mkdir(parents=True, exist_ok=True)
@@ -81,9 +82,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.metrics_port:
         built.metrics.serve(args.metrics_port)
     mode = "dry-run" if dry_run else f"executors {_routes_line(built.core.runner.routes)}"
-    if not settings.security.worker_public_keys:
-        console.print("act: incidents are trusted by who may write them (Kafka ACLs); set "
-                      "security.worker_public_keys to accept only incidents the worker signed")
+    if not built.core.worker_keys:
+        console.print(f"act: WARNING: {ACL_TRUST_WARNING}")
     console.print(f"act: {mode}, consuming {topics.name('incidents')} on {settings.broker.servers}")
     try:
         faust.Worker(built.app, loglevel=args.loglevel, quiet=True,

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     router = AlertRouter.build(alertmanager_url=args.alertmanager, slack_url=slack, per_minute=args.per_minute,
                                burst=args.burst)
     print(f"alerts: to {', '.join(s.name for s in router.sinks)}, following {settings.broker.servers}", flush=True)
-    routed = router.run(settings.broker.servers, Topics(settings.topics.prefix), group_id=args.group_id,
+    routed = router.run(settings.broker, Topics(settings.topics.prefix), group_id=args.group_id,
                         from_beginning=args.from_beginning, max_records=args.max_records, timeout_s=args.timeout)
     print(f"alerts: routed {routed} records, {router.sent} posts, {router.failed} failed")
     return 0

@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="advance event time S seconds past the last event at the end (default: %(default)s)")
     p.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
                    help="progress bar (auto: for recordings over 20 MiB on a terminal)")
+    p.add_argument("--no-floor", dest="floor", action="store_false",
+                   help="skip the speed floor: by default the recording is read and decoded once more, alone, "
+                   "and the backtest's events per CPU-second are printed against that")
     p.set_defaults(handler=run)
     e = sub.add_parser("backtest-eval", help="simulate and backtest a scenario set; pool quality figures per kind",
                        description="For every *.yaml scenario in DIR: simulate it, backtest the configured "
@@ -46,7 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from detectors.pipeline import DetectionPipeline
     from lab.backtest.report import build_report, markdown, write_report
-    from lab.backtest.runner import run_backtest
+    from lab.backtest.runner import read_floor, run_backtest
     from lab.backtest.scoring import score
 
     if not args.recording.is_file():
@@ -61,6 +64,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         result = run_backtest(args.recording, pipeline, out=out, progress=progress, drain_s=args.drain)
     print(f"{result.events} events, {result.anomalies} anomalies, {len(result.incidents)} incidents -> {args.out} "
           f"({result.events_per_s:,.0f} events/s)")
+    if args.floor and result.events:
+        floor, rate = read_floor(args.recording), result.events_per_cpu_s
+        print(f"{rate:,.0f} events per CPU-second; reading and decoding the same file alone: "
+              f"{floor:,.0f} (the backtest runs at {rate / max(floor, 1e-9):.2f}x its input's speed)")
     if result.bad_lines:
         print(f"skipped {result.bad_lines} bad lines; first: {result.errors[0]}", file=sys.stderr)
     if labels is not None:

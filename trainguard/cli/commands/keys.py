@@ -1,4 +1,5 @@
-"""`trainguard keys generate`: make the Ed25519 keys commands and results are signed with."""
+"""`trainguard keys generate`: make the Ed25519 keys commands, results, incidents and operator commands
+are signed with; `trainguard keys acls`: the Kafka ACLs of each role's principal."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from trainguard.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("keys", help="generate the signing keys of act, the worker and the node agents",
+    p = sub.add_parser("keys", help="generate the signing keys of act, the worker, the console and the node agents",
                        description="Write Ed25519 key pairs (<id>.key, mode 0600, and <id>.pub) and print the "
                        "security: section that uses them. act's private key stays with act; nodes get only "
-                       "act's public key and their own node key; act gets the nodes' public keys.")
+                       "act's public key and their own node key; act gets the nodes', the worker's and the "
+                       "console's public keys.")
     keys = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     gen = keys.add_parser("generate", help="generate key pairs")
     gen.add_argument("--dir", type=Path, required=True, help="directory to write the keys to")
@@ -21,11 +23,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="also make a key for this node (repeatable); written to DIR/nodes/NAME.key")
     gen.add_argument("--act-id", default="act", help="key id of act's key (a new id per rotation; default: act)")
     gen.add_argument("--no-act", action="store_true", help="make no act key (only node keys)")
-    gen.add_argument("--worker", action="store_true", help="also make a worker key (to sign incidents)")
+    gen.add_argument("--worker", action="store_true", help="make the worker key (the default; kept for scripts)")
+    gen.add_argument("--no-worker", action="store_true",
+                     help="make no worker key (by default one is made: act acts only on incidents it signed)")
+    gen.add_argument("--no-console", action="store_true",
+                     help="make no console key (by default one is made: act applies only operator commands "
+                     "the console signed)")
+    gen.add_argument("--console-id", default="console",
+                     help="key id of the console's key (a new id per rotation; default: console)")
     gen.set_defaults(handler=run)
     acls = keys.add_parser("acls", help="print the recommended Kafka ACLs as kafka-acls.sh commands",
-                           description="One principal per role (collector, agent, worker, act), each allowed only "
-                           "what it does; only act may write the actions topic (docs/security.md).")
+                           description="One principal per role (collector, agent, worker, act, console), each "
+                           "allowed only what it does; only act may write the actions topic, only the console "
+                           "the operator topic (docs/security.md).")
     acls.add_argument("--principal", action="append", default=[], metavar="ROLE=PRINCIPAL",
                       help="e.g. act=User:trainguard-act (default: User:trainguard-<role>)")
     acls.set_defaults(handler=print_acls)
@@ -38,8 +48,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     made: list[Path] = []
     if not args.no_act:
         made += generate(out, args.act_id)
-    if args.worker:
+    if not args.no_worker:
         made += generate(out, "worker")
+    if not args.no_console:
+        made += generate(out, args.console_id)
     for node in args.node:
         made += generate(out / "nodes", node)
     for path in made:
@@ -51,9 +63,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.node:
         print(f"  node_private_key: {out / 'nodes' / '{node}.key'}   # each node: its own key only")
         print(f"  node_public_keys: [{out / 'nodes'}]   # act")
-    if args.worker:
+    if not args.no_worker:
         print(f"  worker_private_key: {out / 'worker.key'}   # the worker")
-        print(f"  worker_public_keys: [{out / 'worker.pub'}]   # act, where Kafka ACLs cannot guard incidents")
+        print(f"  worker_public_keys: [{out / 'worker.pub'}]   # act: acts only on incidents the worker signed")
+    if not args.no_console:
+        print(f"  console_private_key: {out / (args.console_id + '.key')}   # the console only")
+        print(f"  console_public_keys: [{out / (args.console_id + '.pub')}]   # act: applies only signed "
+              "operator commands")
     return 0
 
 

@@ -45,6 +45,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING if args.verbose else logging.CRITICAL)
+    # Commands are rare and move nodes: every one the agent receives and answers is logged even
+    # without --verbose, so "act got no answer" can be told from "the agent never saw it".
+    logging.getLogger("collectors.agent.node_agent").setLevel(logging.INFO)
     node = args.node or settings.collectors.node or node_name()
     # Keys first (no default key: the agent refuses to start, exit 2), then the environment the
     # training inherits: its hook publishes to the same cluster.

@@ -73,3 +73,28 @@ def test_commands_are_signed_with_expiry_and_forged_results_are_rejected(kafka: 
         consumer.close()
         producer.close()
         bus.close()
+
+
+def test_a_non_targets_signed_result_is_dropped_and_reported(kafka: str, topic_prefix: str) -> None:
+    """Issue 20: n1, correctly signed by n1, answers a command addressed only to n0; it never counts."""
+    topics = Topics(topic_prefix)
+    ensure_topics(kafka, topics.all(), partitions=1, replication=1)
+    n1 = Signer("n1", Ed25519PrivateKey.generate())
+    keys = KeyRing({"n0": N0.private_key.public_key(), "n1": n1.private_key.public_key()})
+    rejected: list[tuple[str, str]] = []
+    bus = KafkaCommandBus(broker=kafka, topics=topics, signer=ACT, node_keys=keys, ttl_s=60,
+                          on_reject=lambda r, why: rejected.append((r.node if r else "", why)))
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    try:
+        bus.send(ActionCommand(ts=0.0, id="c-2", action="stop", job="j", nodes=["n0"]))
+        _send_result(producer, topics, ActionResult(ts=1.0, command_id="c-2", action="stop", status="failed",
+                                                    job="j", node="n1", details={"culprits": ["n0"]}), n1)
+        _send_result(producer, topics, ActionResult(ts=1.0, command_id="c-2", action="stop", status="ok", job="j",
+                                                    node="n0"), N0)
+        producer.flush()
+        got = bus.collect("c-2", nodes=["n0"], timeout_s=30)
+        assert [(r.node, r.status) for r in got] == [("n0", "ok")]
+        assert [n for n, _ in rejected] == ["n1"] and "not a target" in rejected[0][1]
+    finally:
+        producer.close()
+        bus.close()

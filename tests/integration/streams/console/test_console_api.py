@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaConsumer, KafkaProducer
 
 from schemas.codec import Codec
 from schemas.records import AuditEntry, Incident, OperatorCommand, Record
+from schemas.signing import KeyRing, Signer
 from schemas.topics import Topics, key_for
 from streams.admin import ensure_topics
 from streams.console.app import create_app
@@ -26,14 +28,19 @@ USERS = [User(name="alice", role="operator", token="op"), User(name="victor", ro
 OP, VIEW = {"Authorization": "Bearer op"}, {"Authorization": "Bearer view"}
 
 
+def console_key() -> Signer:
+    return Signer("console", Ed25519PrivateKey.generate())
+
+
 def with_console(kafka: str, prefix: str, body: Callable[[TestClient[Any, Any]], Awaitable[None]],
-                 auth: Authenticator | None = None) -> None:
+                 auth: Authenticator | None = None, signer: Signer | None = None, unsigned: bool = False,
+                 cfg: ConsoleSettings | None = None) -> None:
     topics = Topics(prefix)
     ensure_topics(kafka, topics.all(), partitions=2, replication=1)
 
     async def main() -> None:
-        feed = ConsoleFeed(kafka, topics, ConsoleState())
-        client = TestClient(TestServer(create_app(feed, auth or Authenticator(USERS), ConsoleSettings())))
+        feed = ConsoleFeed(kafka, topics, ConsoleState(), signer=None if unsigned else signer or console_key())
+        client = TestClient(TestServer(create_app(feed, auth or Authenticator(USERS), cfg or ConsoleSettings())))
         await client.start_server()
         try:
             for _ in range(100):
@@ -48,12 +55,16 @@ def with_console(kafka: str, prefix: str, body: Callable[[TestClient[Any, Any]],
 
 
 def read(kafka: str, name: str, count: int, timeout_s: float = 20.0) -> list[Record]:
+    return [Codec().decode(m.value) for m in read_raw(kafka, name, count, timeout_s)]
+
+
+def read_raw(kafka: str, name: str, count: int, timeout_s: float = 20.0) -> list[Any]:
     consumer = KafkaConsumer(name, bootstrap_servers=kafka, auto_offset_reset="earliest", group_id=None)
-    out: list[Record] = []
+    out: list[Any] = []
     deadline = time.monotonic() + timeout_s
     while len(out) < count and time.monotonic() < deadline:
         for batch in consumer.poll(timeout_ms=300).values():
-            out.extend(Codec().decode(m.value) for m in batch)
+            out.extend(batch)
     consumer.close()
     return out
 
@@ -76,10 +87,16 @@ def test_no_action_without_an_operator_and_csrf(kafka: str, topic_prefix: str) -
         assert (await c.post("/api/decisions/unknown/approve", headers=OP)).status == 404
         assert (await c.post("/api/standby/n9/return", headers=OP)).status == 409
 
-    with_console(kafka, topic_prefix, body)
-    commands = [r for r in read(kafka, topic_prefix + "operator", 1) if isinstance(r, OperatorCommand)]
+    key = console_key()
+    with_console(kafka, topic_prefix, body, signer=key)
+    raw = read_raw(kafka, topic_prefix + "operator", 1)
+    commands = [r for r in (Codec().decode(m.value) for m in raw) if isinstance(r, OperatorCommand)]
     assert len(commands) == 1 and commands[0].operator == "alice" and commands[0].verb == "reset_breaker"
     assert commands[0].reason == "switch fixed"
+    # signed with the console's key over the exact bytes, and expiring (what act verifies)
+    ring = KeyRing({"console": key.private_key.public_key()})
+    assert ring.check(raw[0].value, [(k, bytes(v)) for k, v in raw[0].headers]) == ("console", "")
+    assert 0 < commands[0].expires - commands[0].ts <= 120
     audit = [r for r in read(kafka, topic_prefix + "audit", 1) if isinstance(r, AuditEntry)]
     assert audit[0].event == "console_reset_breaker" and audit[0].actor == "alice"
     assert audit[0].detail["command"] == commands[0].id and audit[0].detail["via"] == "cookie"
@@ -133,3 +150,95 @@ def test_behind_an_oidc_ingress_the_header_names_the_operator(kafka: str, topic_
     with_console(kafka, topic_prefix, body, auth)
     commands = [r for r in read(kafka, topic_prefix + "operator", 1) if isinstance(r, OperatorCommand)]
     assert [c.operator for c in commands] == ["carol"]
+
+
+def test_a_console_without_its_key_refuses_to_act_and_publishes_nothing(kafka: str, topic_prefix: str) -> None:
+    async def body(c: TestClient[Any, Any]) -> None:
+        refused = await c.post("/api/breaker/reset", headers=OP)
+        assert refused.status == 503 and "signing key" in (await refused.json())["error"]
+        assert (await c.get("/api/fleet", headers=VIEW)).status == 200  # it still shows the fleet
+
+    with_console(kafka, topic_prefix, body, unsigned=True)
+    assert read(kafka, topic_prefix + "operator", 1, timeout_s=3) == []
+    assert read(kafka, topic_prefix + "audit", 1, timeout_s=3) == []
+
+
+def test_malformed_or_deeply_nested_bodies_get_400_without_a_traceback(kafka: str, topic_prefix: str,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    async def body(c: TestClient[Any, Any]) -> None:
+        for sent in (b"{not json", b"\xff\xfe", b"[1, 2]", b'"text"', b"[" * 200000 + b"]" * 200000,
+                     b'{"reason": ' + b'{"a": ' * 40 + b"1" + b"}" * 40 + b"}"):
+            for path in ("/api/breaker/reset", "/api/login"):
+                resp = await c.post(path, data=sent, headers={**OP, "Content-Type": "application/json"})
+                assert resp.status == 400, (path, sent[:20], resp.status)
+                assert "error" in await resp.json()
+        fine = await c.post("/api/breaker/reset", headers=OP, json={"reason": {"a": {"b": "shallow is fine"}}})
+        assert fine.status == 202
+
+    with caplog.at_level("DEBUG"):
+        with_console(kafka, topic_prefix, body)
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    commands = [r for r in read(kafka, topic_prefix + "operator", 1) if isinstance(r, OperatorCommand)]
+    assert len(commands) == 1  # none of the bad bodies sent anything
+
+
+def test_origin_must_match_scheme_host_and_port(kafka: str, topic_prefix: str) -> None:
+    async def body(c: TestClient[Any, Any]) -> None:
+        login = await c.post("/api/login", json={"token": "op"})
+        assert login.status == 200
+        csrf = c.session.cookie_jar.filter_cookies(c.make_url("/"))["tg_csrf"].value
+        here = f"http://{c.host}:{c.port}"
+        for origin in (f"https://{c.host}:{c.port}", f"http://{c.host}:{c.port + 1}", "null"):
+            refused = await c.post("/api/breaker/reset", headers={"X-CSRF-Token": csrf, "Origin": origin})
+            assert refused.status == 403, origin
+            assert (await c.post("/api/login", json={"token": "op"}, headers={"Origin": origin})).status == 403
+        assert (await c.post("/api/breaker/reset", headers={"X-CSRF-Token": csrf, "Origin": here})).status == 202
+
+    with_console(kafka, topic_prefix, body)
+
+
+def test_behind_a_tls_ingress_the_configured_origin_is_the_one(kafka: str, topic_prefix: str) -> None:
+    async def body(c: TestClient[Any, Any]) -> None:
+        await c.post("/api/login", json={"token": "op"}, headers={"Origin": "https://console.example"})
+        csrf = c.session.cookie_jar.filter_cookies(c.make_url("/"))["tg_csrf"].value
+        plain = f"http://{c.host}:{c.port}"
+        assert (await c.post("/api/breaker/reset", headers={"X-CSRF-Token": csrf, "Origin": plain})).status == 403
+        ok = await c.post("/api/breaker/reset", headers={"X-CSRF-Token": csrf, "Origin": "https://console.example"})
+        assert ok.status == 202
+
+    with_console(kafka, topic_prefix, body, cfg=ConsoleSettings(public_origin="https://console.example"))
+
+
+def test_event_streams_are_capped_per_principal_and_freed_on_close(kafka: str, topic_prefix: str) -> None:
+    async def body(c: TestClient[Any, Any]) -> None:
+        held = [await c.get("/api/events", headers=VIEW) for _ in range(2)]
+        assert [r.status for r in held] == [200, 200]
+        over = await c.get("/api/events", headers=VIEW)
+        assert over.status == 429 and "max_streams_per_user" in (await over.json())["error"]
+        other = await c.get("/api/events", headers=OP)  # another principal has its own allowance
+        assert other.status == 200
+        other.close()
+        held[0].close()
+        async with asyncio.timeout(20):  # the server notices the closed stream at its next write
+            while (again := await c.get("/api/events", headers=VIEW)).status == 429:
+                await asyncio.sleep(0.2)
+        assert again.status == 200
+        again.close()
+        held[1].close()
+
+    with_console(kafka, topic_prefix, body, cfg=ConsoleSettings(max_streams_per_user=2))
+
+
+def test_every_response_carries_csp_nosniff_and_referrer_policy(kafka: str, topic_prefix: str) -> None:
+    async def body(c: TestClient[Any, Any]) -> None:
+        responses = [await c.get("/"), await c.get("/static/app.js"), await c.get("/api/fleet", headers=VIEW),
+                     await c.get("/api/fleet"), await c.get("/api/events", headers=VIEW),
+                     await c.post("/api/login", data=b"{bad", headers={"Content-Type": "application/json"})]
+        for resp in responses:
+            assert "script-src 'self'" in resp.headers["Content-Security-Policy"], resp.url
+            assert "frame-ancestors 'none'" in resp.headers["Content-Security-Policy"]
+            assert resp.headers["X-Content-Type-Options"] == "nosniff"
+            assert resp.headers["Referrer-Policy"] == "no-referrer"
+            resp.close()
+
+    with_console(kafka, topic_prefix, body)

@@ -122,10 +122,15 @@ def test_worker_metrics_count_real_messages(kafka: str, worker: tuple[int, Topic
     lags = {k: v for k, v in samples.items() if k[0] == "trainguard_worker_consumer_lag"}
     assert lags and all(v == 0 for v in lags.values()), lags
     assert {dict(k[1])["topic"] for k in lags} >= {"training", "gpu", "logs"}
+    # detector state is counted by the batch loop every lag interval (0.5 s here), never per scrape
+    assert _get(samples, "trainguard_worker_detector_state_entries", detector="hang") > 0
+    assert _get(samples, "trainguard_worker_detector_evictions_total", detector="hang") == 0
 
 
 def _settled(samples: Samples) -> bool:
     lags = {dict(k[1])["topic"]: v for k, v in samples.items() if k[0] == "trainguard_worker_consumer_lag"}
     events = sum(v for k, v in samples.items() if k[0] == "trainguard_worker_events_total")
     nan_reported = _get(samples, "trainguard_worker_incidents_total", kind="nan") >= 1  # after the NaN settles
-    return events >= 27 and nan_reported and set(lags) >= {"training", "gpu", "logs"} and not any(lags.values())
+    counted = _get(samples, "trainguard_worker_detector_state_entries", detector="hang") > 0
+    return events >= 27 and nan_reported and counted and set(lags) >= {"training", "gpu", "logs"} \
+        and not any(lags.values())

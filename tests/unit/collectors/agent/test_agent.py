@@ -226,3 +226,17 @@ def test_from_settings_refuses_without_this_nodes_key(tmp_path: Path, keys) -> N
     with pytest.raises(KeyFileError, match="no-such-node"):
         Agent.from_settings(settings, job="j", node="no-such-node", argv=["true"], tee=lambda line, stream: None)
     assert not list(tmp_path.iterdir())  # refused before any state was written
+
+
+def test_every_command_received_and_its_answer_is_logged(make_agent, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    """An unanswered command must be diagnosable from the agent's log alone: did it arrive, what came of it."""
+    agent, _ = make_agent()
+    agent.start()
+    with caplog.at_level("INFO", logger="collectors.agent.node_agent"):
+        agent.handle(cmd("forged", "stop", signer=EVIL))
+        agent.handle(cmd("real", "stop"))
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("forged stop received" in line for line in lines)
+    assert any("forged rejected" in line for line in lines)
+    assert any("real stop received" in line for line in lines)
+    assert any(line.startswith("command real stop: ok") for line in lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,11 @@ def test_backtest_eval_pools_figures_over_a_scenario_set(tmp_path: Path) -> None
     assert {k: v["faults"] for k, v in report["per_variant"].items()} == {"nan/grad": 1, "nan/loss": 1}
     assert (tmp_path / "eval" / "cli-small" / "timeline.png").is_file()
     assert "Incidents on fault-free scenarios" in (tmp_path / "eval" / "report.md").read_text()
+    quality = report["quality"]["nan"]  # issue 22: what peers publish, per detector
+    assert set(quality) >= {"precision", "recall", "f1", "latency_p50_s", "latency_p95_s", "false_per_day",
+                            "false_per_day_per_1000_gpus", "over_evicted"}
+    assert quality["false_per_day"] == 0.0 and quality["f1"] == 1.0
+    assert "| kind | precision | recall | F1 |" in (tmp_path / "eval" / "report.md").read_text()
 
 
 def test_progress_bar_reports_bytes_read(tmp_path: Path) -> None:
@@ -124,3 +130,31 @@ def test_progress_bar_reports_bytes_read(tmp_path: Path) -> None:
     assert result.events == 9000
     assert seen == sorted(seen) and len(seen) >= 3 and seen[-1] == path.stat().st_size
     assert main(["backtest", str(path), "--out", str(tmp_path / "i.jsonl"), "--progress", "on"]) == 0
+
+
+def test_backtest_reports_its_speed_against_reading_the_same_file(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    rec = tmp_path / "r.jsonl"
+    write_recording(rec, steps(3000, 1500))
+    assert main(["backtest", str(rec), "--out", str(tmp_path / "i.jsonl")]) == 0
+    out = capsys.readouterr().out
+    speed = re.search(r"([\d,]+) events per CPU-second; reading and decoding the same file alone: ([\d,]+) "
+                      r"\(the backtest runs at ([\d.]+)x its input's speed\)", out)
+    assert speed, out
+    backtest, floor, ratio = (float(g.replace(",", "")) for g in speed.groups())
+    assert backtest > 0 and floor > 0 and ratio == pytest.approx(backtest / floor, abs=0.01)
+    assert main(["backtest", str(rec), "--out", str(tmp_path / "i.jsonl"), "--no-floor"]) == 0
+    assert "CPU-second" not in capsys.readouterr().out
+
+
+def test_the_floor_reads_every_good_line_and_skips_bad_ones(tmp_path: Path) -> None:
+    from lab.backtest.runner import read_floor
+
+    rec = tmp_path / "r.jsonl"
+    write_recording(rec, steps(50, 99))
+    with open(rec, "a") as f:
+        f.write("{broken\n")
+    assert read_floor(rec) > 0
+    result = run_backtest(rec, DetectionPipeline([NanDetector()]))
+    assert result.cpu_s > 0 and result.events_per_cpu_s > 0 and (result.events, result.bad_lines) == (50, 1)
+    assert (result.first_ts, result.last_ts) == (1.0, 50.0)

@@ -70,3 +70,19 @@ def test_missed_labels_are_listed() -> None:
     s = score([label(1, "nan", 0, 10, [], []), label(2, "nan", 100, 110, [], [])], [incident(1, "nan", 5, [], [])])
     assert s.missed == ["f2"]
     assert s.per_kind()["nan"]["localisation_accuracy"] is None
+
+
+def test_a_transient_fail_slow_counts_in_no_recall_and_an_incident_on_it_is_an_over_eviction() -> None:
+    from lab.backtest.scoring import score as score_labels
+
+    labels = [{"id": "blip", "kind": "network", "job": "j", "start": 100.0, "end": 160.0, "nodes": ["n1"],
+               "ranks": [], "transient": True},
+              {"id": "real", "kind": "network", "job": "j", "start": 1000.0, "end": 1600.0, "nodes": ["n2"],
+               "ranks": []}]
+    evicted = [{"id": "i1", "kind": "network", "job": "j", "detected_at": 106.0, "nodes": ["n1"]},
+               {"id": "i2", "kind": "network", "job": "j", "detected_at": 1130.0, "nodes": ["n2"]}]
+    row = score_labels(labels, evicted).per_kind()["network"]
+    assert (row["labels"], row["recall"], row["precision"], row["over_evicted"]) == (1, 1.0, 0.5, 1)
+    assert row["transient_labels"] == 1 and row["false_incidents"] == 1 and row["f1"] == round(2 * 0.5 / 1.5, 4)
+    kept = score_labels(labels, evicted[1:]).per_kind()["network"]
+    assert (kept["precision"], kept["over_evicted"], kept["f1"]) == (1.0, 0, 1.0)

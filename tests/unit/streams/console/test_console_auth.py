@@ -47,8 +47,19 @@ def test_csrf_needs_the_header_to_match_the_cookie() -> None:
     assert csrf_ok({"X-CSRF-Token": "abc"}, {"tg_csrf": "abc"})
     assert not csrf_ok({"X-CSRF-Token": "abc"}, {"tg_csrf": "abd"})
     assert not csrf_ok({}, {"tg_csrf": "abc"}) and not csrf_ok({"X-CSRF-Token": ""}, {"tg_csrf": ""})
-    assert same_origin({"Origin": "http://h:1"}, "h:1") and not same_origin({"Origin": "https://evil"}, "h:1")
-    assert same_origin({}, "h:1")
+    assert same_origin({"Origin": "http://h:1"}, "http://h:1") and not same_origin({"Origin": "https://evil"}, "http://h:1")
+    assert same_origin({}, "http://h:1")
+
+
+def test_origin_is_matched_by_scheme_host_and_port() -> None:
+    console = "http://console.example:8765"
+    assert not same_origin({"Origin": "https://console.example:8765"}, console)  # another scheme: another origin
+    assert not same_origin({"Origin": "http://console.example:8766"}, console)
+    assert not same_origin({"Origin": "http://console.example.evil:8765"}, console)
+    assert not same_origin({"Origin": "null"}, console) and not same_origin({"Origin": "console.example:8765"}, console)
+    assert same_origin({"Origin": "HTTP://Console.Example:8765"}, console)
+    assert same_origin({"Origin": "https://c.example"}, "https://c.example:443")  # the default port made explicit
+    assert not same_origin({"Origin": "http://c.example"}, "https://c.example")
 
 
 def test_credentials_file_errors_are_one_line(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from schemas.codec import decode, encode
 from schemas.records import NodeGpuSample, TrainingStep
 from schemas.topics import Topics
 from streams.worker.batch_loop import BatchLoop
-from streams.worker.metrics import WorkerMetrics
+from streams.worker.metrics import StateCensus, WorkerMetrics
 from streams.worker.tasks import NodeJobTable, TaskFactory, partition_of
 from streams.worker.watermark import EventClock
 from trainguard.settings import BrokerSettings
@@ -62,3 +62,27 @@ def test_a_jobless_node_sample_is_forwarded_to_its_jobs_task() -> None:
                            value=here, checksum=None, serialized_key_size=1, serialized_value_size=1, headers=())
     out = task.processor.process_fetch({TopicPartition("u.gpu", 0): [rec, other]}, task.clock)
     assert [(o.topic, o.key, o.value) for o in out] == [("u.node-events", job.encode(), sample)]
+
+
+def test_detector_state_is_counted_for_metrics_when_due_never_per_scrape_and_revoked_tasks_drop_out() -> None:
+    factory = TaskFactory(topics=TOPICS, partitions=2, new_pipeline=lambda: DetectionPipeline([NanDetector()]),
+                          new_clock=EventClock, table=NodeJobTable())
+    metrics = WorkerMetrics(stats=factory.stats, topics=TOPICS, census=StateCensus())
+    loop = BatchLoop(broker=BrokerSettings(bootstrap="unused:9092"), topics=TOPICS, factory=factory, group_id="g",
+                     metrics=metrics, lag_interval_s=5.0)
+    loop.task(0), loop.task(1)
+    loop._process({TopicPartition("u.training", 1): [_record(0, _step(1, 2.0))]})
+    state = "trainguard_worker_detector_state_entries"
+    assert metrics.value(state, detector="nan") is None  # a scrape does not walk; nothing counted yet
+    loop.count_state(100.0)
+    counted = metrics.value(state, detector="nan")
+    assert counted is not None and counted > 0
+    loop._process({TopicPartition("u.training", 1): [_record(1, _step(2, 2.0))]})
+    loop.count_state(104.0)  # not due: the gauge stays as counted
+    assert metrics.value(state, detector="nan") == counted
+    loop.count_state(105.0)
+    grown = metrics.value(state, detector="nan")
+    assert grown is not None and grown > counted
+    loop.tasks.pop(1)  # revoked
+    loop.count_state(110.0)
+    assert metrics.value(state, detector="nan") == 0

@@ -1,13 +1,21 @@
-"""WorkerMetrics without a broker: stats read at scrape time, outputs counted by kind."""
+"""WorkerMetrics without a broker: stats read at scrape time, outputs counted by kind, state counted when due."""
 
 from __future__ import annotations
 
 import urllib.request
 
+from prometheus_client import CollectorRegistry, generate_latest
+
+from detectors.base import Detector
+from detectors.common import Bounded
+from detectors.dispatch import on
+from detectors.hang import HangDetector
+from detectors.nan import NanDetector
+from detectors.pipeline import DetectionPipeline
 from schemas.codec import encode
-from schemas.records import Anomaly, Incident
+from schemas.records import Anomaly, Incident, TrainingStep
 from schemas.topics import Topics
-from streams.worker.metrics import WorkerMetrics, detector_state_sizes
+from streams.worker.metrics import StateCensus, WorkerMetrics, detector_evictions, detector_state_sizes
 from streams.worker.processor import OutMessage, ProcessorStats, RawMessage
 
 TOPICS = Topics("x.")
@@ -78,3 +86,109 @@ def test_detector_state_sizes_and_http_endpoint() -> None:
         server.close()
     assert 'trainguard_worker_detector_state_entries{detector="demo"} 4.0' in text
     assert 'trainguard_worker_events_total{topic="logs"} 1.0' in text
+
+
+class _Walked(Detector):
+    """A detector that counts how often its state is walked (the thing a scrape must not do)."""
+
+    def __init__(self, *, instance: str = "walked") -> None:
+        super().__init__(instance=instance)
+        self.keys: Bounded[int, int] = Bounded(2)
+        self.walks = 0
+
+    @on(TrainingStep)
+    def _step(self, record: TrainingStep) -> None:
+        self.keys[record.step] = record.rank
+
+    def state_size(self) -> int:
+        self.walks += 1
+        return len(self.keys)
+
+
+def _exposition(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample but the `_created` timestamps (those say when each registry was built)."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in registry.collect() for s in family.samples if not s.name.endswith("_created")}
+
+
+def test_the_census_exports_the_same_series_as_walking_the_state_per_scrape() -> None:
+    pipeline = DetectionPipeline([NanDetector(), HangDetector(), _Walked()])
+    for step in range(5):  # 5 keys into a map of 2: 3 evictions
+        pipeline.process(TrainingStep(ts=100.0 + step, job="j", rank=0, node="n0", step=step, loss=2.0))
+    stats = ProcessorStats(by_topic={"training": 5})
+    walking = WorkerMetrics(stats=stats, topics=TOPICS, state_sizes=detector_state_sizes(pipeline.detectors),
+                            evictions=detector_evictions(pipeline.detectors))
+    census = StateCensus()
+    counted = WorkerMetrics(stats=stats, topics=TOPICS, census=census)
+    census.count(0, pipeline.detectors)
+    assert _exposition(counted.registry) == _exposition(walking.registry)
+    assert counted.value("trainguard_worker_detector_state_entries", detector="walked") == 2
+    assert counted.value("trainguard_worker_detector_evictions_total", detector="walked") == 3
+    assert counted.value("trainguard_worker_detector_state_entries", detector="hang") > 0  # type: ignore[operator]
+
+
+def test_a_scrape_never_walks_detector_state_and_shows_it_as_of_the_last_count() -> None:
+    det = _Walked()
+    census = StateCensus()
+    m = WorkerMetrics(stats=ProcessorStats(), topics=TOPICS, census=census)
+    assert m.value("trainguard_worker_detector_state_entries", detector="walked") is None  # not counted yet
+    census.count(3, [det])
+    walks = det.walks
+    det.keys[7] = 1  # state grows after the count: the gauge says so only at the next count
+    for _ in range(20):
+        m.value("trainguard_worker_detector_state_entries", detector="walked")
+    assert det.walks == walks
+    assert m.value("trainguard_worker_detector_state_entries", detector="walked") == 0
+    census.count(3, [det])
+    assert m.value("trainguard_worker_detector_state_entries", detector="walked") == 1
+
+
+def test_the_census_sums_tasks_and_forgets_revoked_ones() -> None:
+    census = StateCensus()
+    a, b = _Walked(), _Walked()
+    a.keys[1] = b.keys[1] = b.keys[2] = 0
+    census.count(0, [a])
+    census.count(1, [b])
+    assert census.sizes() == {"walked": 3}
+    census.retain([0])
+    assert census.sizes() == {"walked": 1} and census.evictions() == {"walked": 0}
+
+
+def test_the_fast_exposition_is_byte_for_byte_what_prometheus_client_writes() -> None:
+    census = StateCensus()
+    census.count(0, [NanDetector(instance='odd "name"\\with\nbreaks')])
+    stats = ProcessorStats(by_topic={"gpu": 12, "training": 3}, dead_lettered=1)
+    m = WorkerMetrics(stats=stats, topics=TOPICS, census=census)
+    m.count_outputs([_anomaly("nan"), _incident("hang"), _anomaly("a-kind-of-its-own")])  # the codec knows no such kind
+    for elapsed in (0.0004, 0.001, 0.003, 7.0):  # on a bound, between, past the last
+        m.observe_batch([RawMessage(topic="x.gpu", value=b"", partition=p, offset=9) for p in (2, 0)], elapsed, 50.5)
+    m.refresh_lag(lambda t, p: 100)
+    body = m.render()
+    assert body == generate_latest(m.registry)
+    assert b'trainguard_worker_consumer_lag{partition="2",topic="gpu"} 90.0\n' in body
+    assert b'trainguard_worker_batch_seconds_bucket{le="0.001"} 2.0\n' in body
+    assert b'trainguard_worker_batch_seconds_bucket{le="+Inf"} 4.0\n' in body
+    assert b'trainguard_worker_anomalies_total{kind="unknown"} 1.0\n' in body  # undecodable: counted anyway
+    assert b'detector="odd \\"name\\"\\\\with\\nbreaks"' in body
+    stats.by_topic["gpu"] = 13  # read now, not cached with the prefixes
+    assert b'trainguard_worker_events_total{topic="gpu"} 13.0\n' in m.render()
+
+
+def test_the_exported_families_keep_their_names_and_types() -> None:
+    m = WorkerMetrics(stats=ProcessorStats(), topics=TOPICS, census=StateCensus())
+    assert [(f.name, f.type) for f in m.registry.collect()] == [
+        ("trainguard_worker_events", "counter"), ("trainguard_worker_dead_letters", "counter"),
+        ("trainguard_worker_detector_state_entries", "gauge"), ("trainguard_worker_detector_evictions", "counter"),
+        ("trainguard_worker_anomalies", "counter"), ("trainguard_worker_incidents", "counter"),
+        ("trainguard_worker_batch_seconds", "histogram"), ("trainguard_worker_consumer_lag", "gauge"),
+        ("trainguard_worker_watermark_seconds", "gauge")]
+
+
+def test_sample_values_are_written_as_prometheus_client_writes_them() -> None:
+    from prometheus_client.utils import floatToGoString
+
+    from streams.worker.metrics import _number
+
+    for value in (0.0, -0.0, 3.0, 0.1, 999_999.0, 999_999.9, 1e6, 1_234_567.0, 1.7961832766693e9, -5.5, -1e9,
+                  float("inf"), float("-inf"), float("nan"), 1e-9):
+        assert _number(value) == floatToGoString(value) + "\n", value
