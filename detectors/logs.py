@@ -56,7 +56,7 @@ from typing import Any
 
 from detectors.app_xid import JobWideXids
 from detectors.base import Detector
-from detectors.common import Bounded, finding
+from detectors.common import MAX_RANKS, Bounded, finding
 from detectors.dispatch import on
 from schemas.records import Anomaly, CheckpointEvent, JobTopology, LogEvent, NodeGpuSample
 
@@ -205,7 +205,8 @@ class UserErrorDetector(Detector):
         crash = self._crashes.get(job)
         if crash is None:
             crash = self._crashes[job] = {"onset": record.ts, "exits": {}}
-        crash["exits"].setdefault(record.node, code)
+        if len(crash["exits"]) < MAX_RANKS:  # a job has fewer nodes than ranks: a flood of names stops here
+            crash["exits"].setdefault(record.node, code)
 
     def tick(self, ts: float) -> list[Anomaly]:
         """Pending crashes whose grace ran out with no explanation: incidents of unknown cause."""
