@@ -229,6 +229,8 @@ class DecisionEngine:
                           "evict every machine of the failing replica group: rejected, replay names one"])
 
     def _user_error(self, inc: Incident) -> Decision:
+        if inc.evidence.get("cause") == "unknown":  # ranks died and nothing said why: no code to blame yet
+            return self._retry_then_escalate(inc, name="job_crash")
         bad = str(inc.evidence.get("code_version", ""))
         good = str(inc.evidence.get("last_good_code_version", ""))
         ckpt = self.checkpoints.latest_with_code(inc.job, exclude=bad) if not good else None
@@ -245,17 +247,22 @@ class DecisionEngine:
             alternatives=["evict: rejected, the hardware is fine and the bug would follow the job",
                           "retry: rejected, the same code fails the same way"])
 
-    def _retry_then_escalate(self, inc: Incident) -> Decision:
+    def _retry_then_escalate(self, inc: Incident, name: str = "") -> Decision:
+        """Retry once from the latest checkpoint; the same fault again within the window escalates.
+
+        `name` replaces the kind in the rule's name (a crash pending diagnosis is `job_crash.retry_once`).
+        """
+        name = name or inc.kind
         last = self._retried.get(inc.job)
         if last is not None and inc.detected_at - last <= self.retry_window_s:
-            return self._escalate(inc, f"{inc.kind}.escalate_after_retry",
-                                  f"{inc.kind} fault again {inc.detected_at - last:.0f}s after a retry; escalating")
+            return self._escalate(inc, f"{name}.escalate_after_retry",
+                                  f"{name} fault again {inc.detected_at - last:.0f}s after a retry; escalating")
         self._retried[inc.job] = inc.detected_at
         ckpt = self.checkpoints.latest(inc.job)
         return self._decision(
-            inc, rule=f"{inc.kind}.retry_once",
+            inc, rule=f"{name}.retry_once",
             plan=[PlannedAction(action="retry", nodes=inc.nodes, params=_ckpt_params(ckpt))],
-            reason=f"{inc.kind} fault with no known cause: retry once from the latest checkpoint",
+            reason=f"{name} fault with no known cause: retry once from the latest checkpoint",
             alternatives=["evict: rejected, nothing points at a node", "escalate now: rejected, most are transient"])
 
     # ------------------------------------------------------------ helpers

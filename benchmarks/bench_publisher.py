@@ -29,7 +29,7 @@ from schemas.topics import Topics
 
 
 def records(n: int) -> list[TrainingStep]:
-    return [TrainingStep(ts=float(i), job=f"j{i % 8}", rank=i % 64, node=f"n{i % 8}", step=i, loss=1.0,
+    return [TrainingStep(ts=1.0 + i, job=f"j{i % 8}", rank=i % 64, node=f"n{i % 8}", step=i, loss=1.0,
                          step_time_s=0.1) for i in range(n)]
 
 

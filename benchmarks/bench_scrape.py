@@ -92,7 +92,9 @@ class _LegacyState:
             evicted.add_metric([name], float(n))
         dead = CounterMetricFamily("trainguard_worker_dead_letters", "Messages that failed to decode and went to "
                                    "the dead-letter topic", value=float(self._stats.dead_lettered))
-        return [events, dead, state, evicted]
+        rerouted = CounterMetricFamily("trainguard_worker_rerouted", "Records whose job hashes to another task",
+                                       value=float(self._stats.rerouted))
+        return [events, dead, rerouted, state, evicted]
 
 
 def legacy_registry(stats: ProcessorStats, dets: Sequence[object], partitions: int) -> CollectorRegistry:

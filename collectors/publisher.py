@@ -18,6 +18,15 @@ between send and acknowledgement) the unacknowledged tail is resent, so a
 record may arrive twice but never out of order and never not at all (unless
 the spool bound forced a counted drop). `stats()` counts resends.
 
+A record the broker or the client refuses (too large, invalid: `REFUSALS`)
+would fail the same way on every resend and hold everything behind it, so
+it is set aside in the spool's `refused` table with the reason (its head,
+size and digest, as a dead letter keeps them; collectors may not write the
+dead-letter topic) and counted (`stats()["refused"]`); the producer that
+saw the refusal is replaced. A broker refuses a whole batch, valid records
+included, so after a refusal the next record is sent alone: refused alone,
+it is the culprit; delivered, it was not.
+
 A publisher given a `signer` (the node agent's) signs each message's exact
 bytes when it is produced, so spooled records are signed too.
 """
@@ -30,7 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from kafka import KafkaProducer
-from kafka.errors import KafkaError
+from kafka.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+)
 
 from collectors.spool import LOW_VALUE_TAGS, Entry, Spool
 from schemas.codec import Codec
@@ -39,6 +55,11 @@ from schemas.signing import Signer
 from schemas.topics import Topics, key_for, tag_of
 
 log = logging.getLogger(__name__)
+
+# What the broker (or the client, before sending) says about one record rather than about the link:
+# resending it would fail the same way for ever and hold every record behind it.
+REFUSALS: tuple[type[KafkaError], ...] = (MessageSizeTooLargeError, RecordListTooLargeError, InvalidRecordError,
+                                          CorruptRecordError, InvalidTimestampError)
 
 
 class Publisher:
@@ -76,6 +97,7 @@ class Publisher:
         self._urgent = threading.Event()  # set by flush/close: skip the linger wait
         self._delivered = threading.Condition()  # notified whenever acknowledged rows leave the spool
         self._attempted = -1  # highest seq handed to the broker so far (sender thread only)
+        self._isolate = False  # a refusal in the last batch: send the next record alone (sender thread only)
         self._thread = threading.Thread(target=self._run, name="trainguard-publisher", daemon=True)
         self._thread.start()
 
@@ -121,7 +143,7 @@ class Publisher:
         return {"sent": self.sent, "spooled": len(self.spool), "spool_bytes": self.spool.size_bytes,
                 "dropped_low_value": self.spool.dropped_low, "dropped_other": self.spool.dropped_other,
                 "send_failures": self.send_failures, "resent": self.resent + self.spool.possible_duplicates,
-                "unencodable": self.unencodable}
+                "unencodable": self.unencodable, "refused": self.spool.refused}
 
     # ------------------------------------------------------ sender thread
 
@@ -145,37 +167,74 @@ class Publisher:
                     break
 
     def _send_batch(self) -> bool:
-        entries = self.spool.peek(self._batch_size)
+        """Send the oldest batch; True when all of it left the spool (delivered or refused)."""
+        entries = self.spool.peek(1 if self._isolate else self._batch_size)
         if not entries:
             return True
         self.resent += sum(1 for e in entries if e.seq <= self._attempted)
         self.spool.mark_sent([e.seq for e in entries])
         self._attempted = max(self._attempted, entries[-1].seq)
-        delivered = self._produce(entries)
+        delivered, refusal = self._produce(entries)
         self.spool.remove([e.seq for e in entries[:delivered]])
         self.sent += delivered
+        self._isolate = False
+        if refusal and len(entries) == 1:  # refused alone: the record itself is at fault, set it aside
+            log.error("broker %s refused a record for %s (%s); set aside, the rest keep flowing",
+                      self.servers, entries[0].topic, refusal)
+            self.spool.refuse(entries[0], refusal)
+            delivered = 1
+        elif refusal:  # a refused batch fails every record in it: find the culprit by sending alone
+            self._isolate = True
         with self._delivered:
             self._delivered.notify_all()
-        return delivered == len(entries)
+        return delivered == len(entries) or bool(refusal)
 
-    def _produce(self, entries: list[Entry]) -> int:
-        """Send in order and wait for the acks; returns how many, from the start, were acknowledged."""
+    def _produce(self, entries: list[Entry]) -> tuple[int, str]:
+        """Send in order and wait for the acks.
+
+        Returns how many, from the start, were acknowledged, and why the next
+        was refused ("" when it was not refused, only unacknowledged: the
+        link, not the record, so it is resent). A refusal replaces the
+        producer: kafka-python 3.0.12 was seen failing later sends silently
+        after one record was refused as too large.
+        """
+        refusal = ""
         try:
             producer = self._ensure_producer()
             sign = self._signer.headers if self._signer else lambda value: None
-            futures = [producer.send(e.topic, key=e.key, value=e.value, headers=sign(e.value)) for e in entries]
+            futures = []
+            for e in entries:
+                try:
+                    futures.append(producer.send(e.topic, key=e.key, value=e.value, headers=sign(e.value)))
+                except REFUSALS as exc:  # refused by the client before sending (over max_request_size)
+                    refusal = f"{type(exc).__name__}: {exc}"
+                    break
             producer.flush(timeout=self._send_timeout_s)
         except KafkaError as exc:
             log.warning("broker %s unreachable (%s); %d records spooled", self.servers, exc, len(self.spool))
-            return 0
+            return 0, ""
         done = 0
         for future in futures:
             if not (future.is_done and future.succeeded()):
-                log.warning("broker %s: %d of %d records unacknowledged; will resend", self.servers,
-                            len(entries) - done, len(entries))
+                if future.is_done and isinstance(future.exception, REFUSALS):
+                    refusal = f"{type(future.exception).__name__}: {future.exception}"
+                else:
+                    refusal = ""
+                    log.warning("broker %s: %d of %d records unacknowledged; will resend", self.servers,
+                                len(entries) - done, len(entries))
                 break  # resend this one and everything after it, keeping order
             done += 1
-        return done
+        if refusal:
+            self._reset_producer()
+        return done, refusal
+
+    def _reset_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.close(timeout=2)
+            except KafkaError:
+                log.warning("closing the producer after a refusal failed; a new one takes over")
 
     def _ensure_producer(self) -> KafkaProducer:
         if self._producer is None:

@@ -21,6 +21,7 @@ collector killed before the acknowledgement resends them on restart, and
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -34,7 +35,27 @@ CREATE TABLE IF NOT EXISTS spool (
   seq INTEGER PRIMARY KEY, topic TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL,
   low INTEGER NOT NULL, size INTEGER NOT NULL, sent INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS spool_low ON spool (low, seq);
+CREATE TABLE IF NOT EXISTS refused (
+  seq INTEGER PRIMARY KEY, topic TEXT NOT NULL, key BLOB NOT NULL, head BLOB NOT NULL,
+  size INTEGER NOT NULL, sha256 TEXT NOT NULL, reason TEXT NOT NULL);
 """
+# A record the broker refuses (too large, invalid) is moved aside: kept as a dead letter would keep
+# it (its head, size and digest, with the reason), at most this many, the oldest forgotten first.
+REFUSED_KEEP_ROWS = 1000
+REFUSED_KEEP_BYTES = 64 << 10
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A record the broker refused, set aside so the ones after it keep flowing."""
+
+    seq: int
+    topic: str
+    key: bytes
+    head: bytes  # the first REFUSED_KEEP_BYTES of the value
+    size: int
+    sha256: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -73,6 +94,7 @@ class Spool:
         ).fetchone()
         self._count, self._bytes, self._next_seq = int(count), int(size), int(last) + 1
         self.possible_duplicates = int(sent)  # handed to the broker by a previous run, never acknowledged
+        self.refused = int(self._db.execute("SELECT COUNT(*) FROM refused").fetchone()[0])
 
     def __len__(self) -> int:
         return self._count
@@ -133,6 +155,32 @@ class Spool:
             self._db.execute("COMMIT")
             self._count -= int(found[0])
             self._bytes -= int(found[1])
+
+    def refuse(self, entry: Entry, reason: str) -> None:
+        """Move a record the broker refused out of the queue, with the reason (one transaction)."""
+        head = entry.value[:REFUSED_KEEP_BYTES]
+        with self._lock:
+            self._db.execute("BEGIN")
+            size = self._db.execute("SELECT size FROM spool WHERE seq=?", (entry.seq,)).fetchone()
+            self._db.execute("DELETE FROM spool WHERE seq=?", (entry.seq,))
+            self._db.execute("INSERT OR REPLACE INTO refused (seq, topic, key, head, size, sha256, reason) "
+                             "VALUES (?,?,?,?,?,?,?)", (entry.seq, entry.topic, entry.key, head, len(entry.value),
+                                                        hashlib.sha256(entry.value).hexdigest(), reason))
+            self._db.execute("DELETE FROM refused WHERE seq NOT IN "
+                             "(SELECT seq FROM refused ORDER BY seq DESC LIMIT ?)", (REFUSED_KEEP_ROWS,))
+            self._db.execute("COMMIT")
+            if size is not None:
+                self._count -= 1
+                self._bytes -= int(size[0])
+            self.refused += 1
+
+    def refused_entries(self) -> list[Refused]:
+        """The refused records kept, oldest first (for operators and tests)."""
+        with self._lock:
+            rows = self._db.execute("SELECT seq, topic, key, head, size, sha256, reason FROM refused "
+                                    "ORDER BY seq").fetchall()
+        return [Refused(seq=r[0], topic=r[1], key=bytes(r[2]), head=bytes(r[3]), size=int(r[4]), sha256=r[5],
+                        reason=r[6]) for r in rows]
 
     def close(self) -> None:
         """Close the database (what it holds stays for the next run)."""

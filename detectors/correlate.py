@@ -13,6 +13,11 @@ user_error, nan or sdc incident (same job, or a node in common) is that
 incident's consequence; it is absorbed into it (listed in its
 `anomaly_ids`) instead of triggering a second, wrong recovery.
 
+A crash of unknown cause (a user_error with `evidence.cause == "unknown"`:
+ranks exited and no detector said why within its grace, see
+`detectors.logs`) is a symptom too when a cause incident of the same job is
+open: the hardware, network, NaN or hang incident already says why it stopped.
+
 A *transient* finding (`evidence.persistence == "transient"`: a fail-slow
 episode that recovered before it persisted, see `detectors.persistence`)
 is a counted node event, never an incident: nothing is evicted for it.
@@ -30,6 +35,7 @@ from schemas.records import Anomaly, Incident
 
 CAUSES = frozenset({"hw_fault", "network", "user_error", "nan", "sdc"})
 NODE_LOCAL = frozenset({"hw_fault"})
+CRASH_CAUSES = CAUSES | {"hang"}  # a hung job's ranks dying of their timeout: the hang is why it stopped
 
 
 def _scope(anomaly: Anomaly) -> str:
@@ -43,6 +49,11 @@ def _scope(anomaly: Anomaly) -> str:
         return f"{anomaly.job}|{nodes}"
     return anomaly.job or "node:" + nodes
 SYMPTOMS = frozenset({"hang", "slowdown"})
+
+
+def _unexplained_crash(anomaly: Anomaly) -> bool:
+    """A job that stopped with no cause its detector could name: explained by any open cause incident."""
+    return anomaly.kind == "user_error" and anomaly.evidence.get("cause") == "unknown"
 
 
 def incident_id(anomaly: Anomaly) -> str:
@@ -92,7 +103,9 @@ class IncidentCorrelator:
         key = (_scope(anomaly), anomaly.kind)
         current = self._open.get(key)
         if current is None and anomaly.kind in SYMPTOMS:
-            current = self._cause_of(anomaly)
+            current = self._cause_of(anomaly, CAUSES)
+        elif current is None and _unexplained_crash(anomaly):
+            current = self._cause_of(anomaly, CRASH_CAUSES)
         if current is not None:
             current.last_ts = max(current.last_ts, anomaly.ts)
             current.nodes.update(anomaly.nodes)
@@ -120,11 +133,11 @@ class IncidentCorrelator:
         self._open[key] = _Open(incident, anomaly.ts, set(anomaly.nodes), set(anomaly.ranks), [anomaly.id])
         return [incident]
 
-    def _cause_of(self, anomaly: Anomaly) -> _Open | None:
-        """An open cause incident that explains this symptom, if any."""
+    def _cause_of(self, anomaly: Anomaly, causes: frozenset[str]) -> _Open | None:
+        """An open incident of one of `causes` that explains this symptom, if any."""
         nodes = set(anomaly.nodes) | set(anomaly.evidence.get("job_nodes", ()))
         for (_, kind), current in sorted(self._open.items()):
-            if kind not in CAUSES:
+            if kind not in causes:
                 continue
             if (anomaly.job and current.incident.job == anomaly.job) or (nodes & current.nodes):
                 return current

@@ -136,6 +136,7 @@ class HangDetector(Detector):
         self._node_job: Bounded[str, str] = Bounded(max_nodes)
         self._rdma: Bounded[str, float] = Bounded(max_nodes)
         self._busy: Bounded[str, bool] = Bounded(max_nodes)  # node -> GPUs at full utilisation
+        self.stale_steps = 0  # step records below their rank's last in the same attempt, ignored
 
     def _job(self, name: str, ts: float) -> _Job:
         job = self._jobs.get(name)
@@ -210,6 +211,10 @@ class HangDetector(Detector):
         job = self._job(record.job, record.ts)
         for rank, node in record.rank_nodes.items():
             self._place(job, record.job, rank, node)
+        if job.max_step >= 0:  # a job that stepped announces its layout again: it (re)starts, maybe lower
+            job.max_step, job.progress_ts, job.fired, job.exit_ts = -1, max(job.progress_ts, record.ts), False, None
+            job.rank_step.clear()
+            job.stacks.clear()
 
     def _place(self, job: _Job, name: str, rank: int, node: str) -> None:
         job.rank_node[rank] = node
@@ -237,8 +242,12 @@ class HangDetector(Detector):
         if rec.rank not in job.rank_node:
             self._place(job, rec.job, rec.rank, rec.node)
         prev = job.rank_step.get(rec.rank)
-        rewound = rec.attempt == job.attempt and prev is not None and rec.step < prev
-        if rec.attempt != job.attempt or rewound:  # a restart (from a checkpoint's step) starts afresh
+        if rec.attempt == job.attempt and prev is not None and rec.step < prev:
+            # Lower than this rank's last step in the same attempt: a late or replayed record, not a
+            # restart (a restart changes the attempt or announces a topology), so it moves nothing.
+            self.stale_steps += 1
+            return
+        if rec.attempt != job.attempt:  # a restart (from a checkpoint's step) starts afresh
             if rec.attempt < job.attempt:
                 return  # a straggling record of an earlier attempt
             job.attempt, job.max_step = rec.attempt, rec.step
@@ -258,6 +267,11 @@ class HangDetector(Detector):
                 if 2 * len(job.resumed) > len(job.rank_step):  # the job as a whole steps again
                     self._resume(job, rec.ts)
             job.max_step = max(job.max_step, rec.step)  # steps in flight when the pause was announced count
+            return
+        if rec.step > job.max_step and job.max_step >= 0 and rec.ts < job.progress_ts - 2 * self.skew_s:
+            # Dated before progress already seen, beyond the skew bound: a host whose clock is behind.
+            # Its rank's step counts; the job's progress waits for a record that can date it (another
+            # rank's), or a healthy job would look hung. Progress by step and rank, not by arrival.
             return
         if rec.step > job.max_step:
             if job.max_step >= 0 and rec.ts > job.progress_ts:

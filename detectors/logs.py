@@ -30,6 +30,20 @@ A job whose ranks all die of an application CUDA error (application XIDs
 error as well, from the GPU samples alone: see `detectors.app_xid` (its
 log lines read as NCCL failures, so the log rule alone would miss it).
 
+A job whose ranks stop with no recognised cause is an incident all the
+same (issue 22: every job that stops training must yield one). A non-zero
+exit (or a signal death) on any node of a job opens a *pending crash*; if
+no user error of this detector explains the job within `crash_grace_s` of
+event time, it is reported as a user_error with `evidence.cause =
+"unknown"` and `pending_diagnosis` (the engine retries it from the last
+checkpoint instead of rolling code back; see docs/detectors.md). A crash
+that another detector explains (hw_fault, network, nan, sdc) is absorbed by
+the correlator into that incident: the grace lets those findings land first.
+Not a crash: an exit 0 (training finished), an exit the agent marks as
+commanded (act's stop or restart, `COMMANDED` in its message, and any exit
+of the job within `crash_grace_s` after one), and SIGTERM (-15 / 143), the
+orderly stop a scheduler or supervisor asks for.
+
 An OOM's evidence says whether the job's `code_version` changed (as its
 checkpoint announcements report it; step records are not read, to keep the
 per-step cost down) — an OOM right after a code change is the classic case.
@@ -42,7 +56,7 @@ from typing import Any
 
 from detectors.app_xid import JobWideXids
 from detectors.base import Detector
-from detectors.common import Bounded, finding
+from detectors.common import MAX_RANKS, Bounded, finding
 from detectors.dispatch import on
 from schemas.records import Anomaly, CheckpointEvent, JobTopology, LogEvent, NodeGpuSample
 
@@ -63,6 +77,8 @@ USER = re.compile(
 OOM = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
 QUIET_LEVELS = frozenset({"debug", "info", "notice", "warn", "warning"})
 SILENT_STARTUP = "before its first step, saying nothing"  # collectors.agent.error_file words the exit event so
+COMMANDED = "stopped by command"  # collectors.agent.node_agent words a commanded stop's exit event so
+ASKED_TO_STOP = frozenset({-15, 143})  # SIGTERM: a scheduler, supervisor or operator asked the job to stop
 
 
 def classify(event: LogEvent) -> tuple[str, str]:
@@ -101,7 +117,7 @@ class UserErrorDetector(Detector):
 
     def __init__(self, *, instance: str = "user_error", cooldown_s: float = 120.0, silent_startup_nodes: int = 2,
                  silent_startup_window_s: float = 120.0, app_xid_window_s: float = 20.0,
-                 max_jobs: int = 10_000) -> None:
+                 crash_grace_s: float = 30.0, max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)
         self.cooldown_s = cooldown_s
         self.silent_startup_nodes = silent_startup_nodes
@@ -112,6 +128,9 @@ class UserErrorDetector(Detector):
         self._code: Bounded[str, tuple[str, float, bool]] = Bounded(max_jobs)  # job -> (version, since, changed)
         self.app_xid_window_s = app_xid_window_s
         self._xids = JobWideXids(window_s=app_xid_window_s, max_jobs=max_jobs)
+        self.crash_grace_s = crash_grace_s
+        self._crashes: Bounded[str, dict[str, Any]] = Bounded(max_jobs)  # job -> pending crash
+        self._commanded: Bounded[str, float] = Bounded(max_jobs)  # job -> newest commanded exit
 
     @on(JobTopology)
     def _topology(self, record: JobTopology) -> None:
@@ -149,6 +168,8 @@ class UserErrorDetector(Detector):
     def _log(self, record: LogEvent) -> list[Anomaly]:
         if record.level.lower() in QUIET_LEVELS and record.exit_code is None and record.category != "traceback":
             return []  # a warning that mentions an exception name is not a failure
+        if record.exit_code and record.job:
+            self._exit(record)
         verdict, match = classify(record)
         if verdict == "infra" and record.job:
             self._infra[record.job] = max(record.ts, self._infra.get(record.job, record.ts))
@@ -170,6 +191,48 @@ class UserErrorDetector(Detector):
             return []
         return self._report(record, f"exit code {record.exit_code} at start-up on {len(same)} nodes, no message",
                             nodes=same)
+
+    def _exit(self, record: LogEvent) -> None:
+        """A rank stopped with a non-zero code: a pending crash, unless act or a scheduler stopped it."""
+        job, code = record.job, int(record.exit_code or 0)
+        if COMMANDED in record.message or code in ASKED_TO_STOP:
+            self._commanded[job] = max(record.ts, self._commanded.get(job, record.ts))
+            self._crashes.pop(job, None)  # act is handling the job: what stopped before is its business
+            return
+        commanded = self._commanded.get(job)
+        if commanded is not None and 0 <= record.ts - commanded <= self.crash_grace_s:
+            return  # the other ranks of a job act just stopped, dying of it
+        crash = self._crashes.get(job)
+        if crash is None:
+            crash = self._crashes[job] = {"onset": record.ts, "exits": {}}
+        if len(crash["exits"]) < MAX_RANKS:  # a job has fewer nodes than ranks: a flood of names stops here
+            crash["exits"].setdefault(record.node, code)
+
+    def tick(self, ts: float) -> list[Anomaly]:
+        """Pending crashes whose grace ran out with no explanation: incidents of unknown cause."""
+        if not self._crashes:
+            return []
+        due = [job for job, crash in self._crashes.items() if ts - crash["onset"] >= self.crash_grace_s]
+        return [a for job in due for a in self._unexplained(job, self._crashes.pop(job), ts)]
+
+    def _unexplained(self, job: str, crash: dict[str, Any], ts: float) -> list[Anomaly]:
+        onset: float = crash["onset"]
+        last = self._fired.get(job)
+        if last is not None and last >= onset - self.crash_grace_s:
+            return []  # already explained (a traceback, a silent start-up, application XIDs): one incident
+        self._fired[job] = ts
+        exits: dict[str, int] = crash["exits"]
+        codes = sorted(set(exits.values()))
+        evidence: dict[str, Any] = {
+            "cause": "unknown", "pending_diagnosis": True, "source": "exit", "exit_code": codes[0],
+            "exit_codes": dict(sorted(exits.items())), "grace_s": self.crash_grace_s,
+            "match": f"exit code {'/'.join(map(str, codes))} on {len(exits)} node(s), no known cause",
+        }
+        code = self._code.get(job)
+        if code is not None:
+            evidence["code_version"] = code[0]
+        return [finding(self.instance, "user_error", ts=max(ts, onset), onset=onset, job=job, nodes=sorted(exits),
+                        ranks=[], key=job, evidence=evidence)]
 
     def _report(self, record: LogEvent, match: str, nodes: list[str] | None = None) -> list[Anomaly]:
         key = record.job or f"node:{record.node}"
@@ -193,4 +256,5 @@ class UserErrorDetector(Detector):
 
     def state_size(self) -> int:
         silent = sum(len(n) for n in self._silent.values())
-        return len(self._fired) + len(self._code) + silent + len(self._infra) + self._xids.state_size()
+        pending = len(self._crashes) + len(self._commanded)
+        return len(self._fired) + len(self._code) + silent + len(self._infra) + self._xids.state_size() + pending

@@ -142,7 +142,7 @@ class Codec:
         try:
             record = decoder.decode(data)
         except msgspec.ValidationError as exc:
-            raise DecodeError(str(exc), _field_of(str(exc))) from None
+            raise DecodeError(_readable(str(exc)), _field_of(str(exc))) from None
         except msgspec.DecodeError as exc:
             raise DecodeError(f"malformed JSON: {exc}") from None
         except UnicodeDecodeError as exc:
@@ -159,7 +159,7 @@ class Codec:
         try:
             record = msgspec.convert(value, AnyRecord if expect is None else expect)
         except msgspec.ValidationError as exc:
-            raise DecodeError(str(exc), _field_of(str(exc))) from None
+            raise DecodeError(_readable(str(exc)), _field_of(str(exc))) from None
         return _supported(record)
 
     def _typed_decoder(self, cls: type[Record]) -> msgspec.json.Decoder[Any]:
@@ -177,6 +177,14 @@ def _supported(record: Any) -> Any:
             "schema_version",
         )
     return record
+
+
+def _readable(message: str) -> str:
+    """msgspec's reason, with the name pattern's regex said in words (an operator reads it in the DLQ)."""
+    if "matching regex" not in message:
+        return message
+    where = message[message.find(" - at "):] if " - at " in message else ""
+    return f"a name with a control or bidirectional character{where}"
 
 
 def _field_of(message: str) -> str:

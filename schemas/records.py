@@ -18,7 +18,7 @@ producers that send the strings and recordings made before keep working.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
@@ -49,6 +49,29 @@ ANOMALY_KINDS: tuple[str, ...] = (
 )
 Phase = Literal["init", "training", "checkpointing", "eval", "idle", "stopped"]
 
+# ----------------------------------------------------------------- bounds
+# What a host reports is bounded where it is decoded: a value outside these is
+# refused by the codec and dead-lettered with its reason, so no record can
+# make a detector's arithmetic absurd (a negative step that outranks nothing,
+# a timestamp of -1e308) or its state huge (a node name of a million
+# characters, thirty of which made one snapshot 22 MB). The bounds are far
+# beyond any real fleet: 2^40 steps, 2^20 ranks, 1024 GPUs per node.
+MAX_NAME_CHARS = 256  # job, node, device and host names (Kubernetes' own names stop at 253)
+MAX_STEP = 1 << 40
+MAX_RANKS = 1 << 20
+MAX_GPUS = 1024
+MAX_TS = 1e10  # seconds since the epoch: the year 2286; a host a day or a year off still passes
+# C0/C1 control characters and Unicode's bidirectional controls (a right-to-left override
+# makes a job name print as another): refused anywhere in a name.
+_NAME_PATTERN = "^[^\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]*$"
+Name = Annotated[str, msgspec.Meta(max_length=MAX_NAME_CHARS, pattern=_NAME_PATTERN)]
+JobName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS, pattern=_NAME_PATTERN)]
+Step = Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]
+Rank = Annotated[int, msgspec.Meta(ge=0, lt=MAX_RANKS)]
+Ranks = Annotated[int, msgspec.Meta(ge=0, le=MAX_RANKS)]  # a world size or a parallel degree (0: unknown)
+GpuIndex = Annotated[int, msgspec.Meta(ge=0, lt=MAX_GPUS)]
+EventTime = Annotated[float, msgspec.Meta(gt=0.0, le=MAX_TS)]
+
 
 def metric(value: float | None) -> float | NonFinite | None:
     """A metric as the wire spells it: finite floats as they are, NaN and Inf as strings.
@@ -77,15 +100,26 @@ class Record(
     schema_version: int = SCHEMA_VERSION
 
 
+class Observed(Record, frozen=True):
+    """Base of what hosts report (samples, steps, beats, logs): its event time is bounded.
+
+    Findings and audit records keep the plain `Record` time: the worker and
+    act write them, and a dead letter carries the broker's time of whatever
+    it quarantines, however absurd.
+    """
+
+    ts: EventTime
+
+
 # --------------------------------------------------------------------- hardware
 
 
 class XidEvent(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, gc=False):
     """One XID error reported by the driver for one GPU."""
 
-    gpu: int
+    gpu: GpuIndex
     code: int
-    ts: float
+    ts: EventTime
     message: str = ""
 
 
@@ -99,8 +133,8 @@ class GpuStats(
     size and makes decoding ~1.5x faster. Decoders fill them back in.
     """
 
-    index: int
-    uuid: str = ""
+    index: GpuIndex
+    uuid: Name = ""
     util_pct: float = 0.0
     sm_clock_mhz: float = 0.0
     max_sm_clock_mhz: float = 0.0
@@ -120,7 +154,7 @@ class GpuStats(
     lost: bool = False
 
 
-class NodeGpuSample(Record, tag="gpu_sample", frozen=True):
+class NodeGpuSample(Observed, tag="gpu_sample", frozen=True):
     """All GPUs of one node at one instant, plus XIDs seen since the last sample.
 
     `nvml_ok` is False when the source is missing, failing or timed out: the
@@ -130,12 +164,12 @@ class NodeGpuSample(Record, tag="gpu_sample", frozen=True):
     hung GPU, so detectors read its timeouts differently).
     """
 
-    node: str
-    gpus: list[GpuStats] = []
+    node: Name
+    gpus: Annotated[list[GpuStats], msgspec.Meta(max_length=MAX_GPUS)] = []
     xids: list[XidEvent] = []
     nvml_ok: bool = True
     error: str = ""
-    job: str = ""
+    job: Name = ""
     source: str = ""
 
 
@@ -144,7 +178,7 @@ class RdmaPort(
 ):
     """One InfiniBand/RoCE port: byte rates and cumulative error counters."""
 
-    device: str
+    device: Name
     port: int
     state: str = "ACTIVE"
     tx_bytes: int = 0
@@ -158,15 +192,15 @@ class RdmaPort(
     link_error_recovery: int = 0
 
 
-class RdmaSample(Record, tag="rdma_sample", frozen=True):
+class RdmaSample(Observed, tag="rdma_sample", frozen=True):
     """All RDMA ports of one node at one instant."""
 
-    node: str
+    node: Name
     ports: list[RdmaPort] = []
-    job: str = ""
+    job: Name = ""
 
 
-class NodeCondition(Record, tag="node_condition", frozen=True):
+class NodeCondition(Observed, tag="node_condition", frozen=True):
     """A sticky node condition set by node-problem-detector (or another problem daemon).
 
     A condition is a state with a transition time (`since`), unlike an event:
@@ -174,20 +208,20 @@ class NodeCondition(Record, tag="node_condition", frozen=True):
     travel as `LogEvent`s instead (source "node-problem-detector").
     """
 
-    node: str
+    node: Name
     condition: str
     status: Literal["True", "False", "Unknown"] = "True"
     reason: str = ""
     message: str = ""
     since: float = 0.0
     source: str = "node-problem-detector"
-    job: str = ""
+    job: Name = ""
 
 
 # --------------------------------------------------------------------- training
 
 
-class TrainingStep(Record, tag="step", frozen=True):
+class TrainingStep(Observed, tag="step", frozen=True):
     """One finished optimizer step on one rank.
 
     `checksum` is a digest of parameters or gradients that must be identical
@@ -196,22 +230,22 @@ class TrainingStep(Record, tag="step", frozen=True):
     tells a straggler from its victims.
     """
 
-    job: str
-    rank: int
-    node: str
-    step: int
+    job: JobName
+    rank: Rank
+    node: Name
+    step: Step
     loss: Metric
     grad_norm: Metric | None = None
     tokens: int = 0
     step_time_s: float = 0.0
     compute_time_s: float | None = None
     mfu: float | None = None
-    dp: int = 0
-    tp: int = 0
-    pp: int = 0
+    dp: Ranks = 0
+    tp: Ranks = 0
+    pp: Ranks = 0
     checksum: str | None = None
     code_version: str = ""
-    attempt: int = 0
+    attempt: Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)] = 0
 
     def __post_init__(self) -> None:
         """Decoded, a metric is a float: "nan", "inf" and "-inf" from the wire become floats here."""
@@ -221,28 +255,28 @@ class TrainingStep(Record, tag="step", frozen=True):
             msgspec.structs.force_setattr(self, "grad_norm", float(self.grad_norm))  # type: ignore[arg-type]
 
 
-class Heartbeat(Record, tag="heartbeat", frozen=True):
+class Heartbeat(Observed, tag="heartbeat", frozen=True):
     """A liveness beat from a training process, sent from a background thread."""
 
-    job: str
-    rank: int
-    node: str
+    job: JobName
+    rank: Rank
+    node: Name
     pid: int = 0
-    step: int = 0
+    step: Step = 0
     phase: Phase = "training"
 
 
-class PhaseChange(Record, tag="phase", frozen=True):
+class PhaseChange(Observed, tag="phase", frozen=True):
     """The job announces it enters a phase (checkpointing, eval ...)."""
 
-    job: str
+    job: JobName
     phase: Phase
-    rank: int = 0
-    node: str = ""
-    step: int = 0
+    rank: Rank = 0
+    node: Name = ""
+    step: Step = 0
 
 
-class CheckpointEvent(Record, tag="checkpoint", frozen=True):
+class CheckpointEvent(Observed, tag="checkpoint", frozen=True):
     """A checkpoint announcement; `status` moves started -> saved (or failed).
 
     A job's own checkpoint leaves `tier` empty. trainguard's checkpoint manager
@@ -252,44 +286,44 @@ class CheckpointEvent(Record, tag="checkpoint", frozen=True):
     and `restored` when a rank has loaded a step from a tier.
     """
 
-    job: str
-    step: int
+    job: JobName
+    step: Step
     path: str
     status: Literal["started", "saved", "failed", "invalid", "restored"] = "saved"
-    rank: int = 0
+    rank: Rank = 0
     code_version: str = ""
     tier: Literal["", "memory", "peer", "disk", "durable"] = ""
     checksum: str = ""
-    world_size: int = 0  # ranks whose shards make the step complete (0: unknown)
-    node: str = ""  # the machine holding this copy
+    world_size: Ranks = 0  # ranks whose shards make the step complete (0: unknown)
+    node: Name = ""  # the machine holding this copy
 
 
-class LogEvent(Record, tag="log", frozen=True):
+class LogEvent(Observed, tag="log", frozen=True):
     """One interesting log line (CUDA, NCCL, XID, traceback, exit code)."""
 
-    node: str
+    node: Name
     level: str
     source: str
     message: str
-    job: str = ""
-    rank: int | None = None
+    job: Name = ""
+    rank: Rank | None = None
     category: str = ""
     exit_code: int | None = None
     code_version: str = ""  # of the process that printed it, when a supervisor knows
 
 
-class StackSample(Record, tag="stack", frozen=True):
+class StackSample(Observed, tag="stack", frozen=True):
     """The Python stack of one training process; frames outermost first."""
 
-    job: str
-    rank: int
-    node: str
+    job: JobName
+    rank: Rank
+    node: Name
     frames: list[str]
     pid: int = 0
     reason: str = ""
 
 
-class CustomMetric(Record, tag="custom", frozen=True):
+class CustomMetric(Observed, tag="custom", frozen=True):
     """A user's own numeric signal: named values of one job, node or rank.
 
     The no-code path for signals trainguard has no record for (data-loader
@@ -299,9 +333,9 @@ class CustomMetric(Record, tag="custom", frozen=True):
 
     name: str
     values: dict[str, Metric] = {}
-    job: str = ""
-    node: str = ""
-    rank: int | None = None
+    job: Name = ""
+    node: Name = ""
+    rank: Rank | None = None
     labels: dict[str, str] = {}
 
     def __post_init__(self) -> None:
@@ -310,15 +344,15 @@ class CustomMetric(Record, tag="custom", frozen=True):
             msgspec.structs.force_setattr(self, "values", {k: float(v) for k, v in self.values.items()})
 
 
-class JobTopology(Record, tag="topology", frozen=True):
+class JobTopology(Observed, tag="topology", frozen=True):
     """The job's parallel layout and where each rank runs."""
 
-    job: str
-    world_size: int
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    rank_nodes: dict[int, str] = {}
+    job: JobName
+    world_size: Ranks
+    tp: Ranks = 1
+    pp: Ranks = 1
+    dp: Ranks = 1
+    rank_nodes: Annotated[dict[Rank, Name], msgspec.Meta(max_length=MAX_RANKS)] = {}
 
 
 # ----------------------------------------------------------------- findings

@@ -37,8 +37,10 @@ TOPIC_OF_TAG: dict[str, str] = {tag: topic for topic, tags in TOPIC_RECORDS.item
 # `node-jobs` (compacted, node -> job) and `worker-state` (compacted detector snapshots) hold
 # no records. `act-state` (compacted, one partition: a total order) mirrors act's journal
 # (actions.state_items), so a restarted act on any machine knows what the old one knew.
+# A record keyed to the wrong job's partition is re-keyed through it too, whatever its type.
 INTERNAL_RECORDS: dict[str, tuple[str, ...]] = {"node-events": ("gpu_sample", "rdma_sample", "log", "node_condition",
-                                                                  "custom")}
+                                                                  "custom", "step", "heartbeat", "phase", "topology",
+                                                                  "stack", "checkpoint")}
 STATE_TOPICS: tuple[str, ...] = ("node-events", "node-jobs", "worker-state", "act-state")
 TOPIC_CONFIGS: dict[str, dict[str, str]] = {"worker-state": {"cleanup.policy": "compact"},
                                             "node-jobs": {"cleanup.policy": "compact"},

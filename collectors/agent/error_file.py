@@ -30,6 +30,8 @@ from schemas.records import LogEvent
 
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 SILENT_STARTUP = "before its first step, saying nothing (no traceback, no error file)"
+# The exit of a process act stopped or restarted says so: the detectors never count it as a crash.
+COMMANDED = "stopped by command"
 
 
 class Attempt:

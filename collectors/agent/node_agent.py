@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from collectors.agent.error_file import SILENT_STARTUP, Attempt
+from collectors.agent.error_file import COMMANDED, SILENT_STARTUP, Attempt
 from collectors.agent.hang_watch import HangWatch, progress_rank, read_progress
 from collectors.agent.state import AgentState, StateFile
 from collectors.agent.supervisor import ProcessSupervisor, env_of
@@ -103,6 +103,7 @@ class Agent:
         self.attempt: Attempt | None = None
         self.exit_code: int | None = None
         self.stopped_by_command = False
+        self._commanding = ""  # the command stopping the child now: its exit event says so
         self.feed: CommandFeed | None = None  # the feed `from_settings` built (serve's default)
         self._closers: list[Callable[[], object]] = []
 
@@ -155,6 +156,7 @@ class Agent:
         """Start (or restart) the training command with the current state's environment."""
         self.exit_code = None
         self.stopped_by_command = False
+        self._commanding = ""
         self.attempt = Attempt(directory=self.error_dir, name=f"{self.job}-{self.node}", attempt=self.state.attempt,
                                resume_step=self.state.resume_step, env=self._env)
         for stale in self.progress_dir.glob("*.json"):
@@ -183,6 +185,8 @@ class Agent:
         """The exit, preceded (non-zero) by what `@record` wrote; a silent death before any step says so."""
         event = self._parser.exit_event(code, self._clock())
         attempt = self.attempt
+        if code != 0 and self._commanding:
+            return msgspec.structs.replace(event, message=f"{event.message} ({COMMANDED} {self._commanding})")
         if code == 0 or attempt is None:
             return event
         why = attempt.error_event(node=self.node, job=self.job, ts=event.ts)
@@ -312,6 +316,7 @@ class Agent:
             return self._dump_stacks(repeat=int(p.get("repeat", 1)), interval_s=float(p.get("interval_s", 10.0)),
                                      reason=str(p.get("reason", f"dump_stacks {cmd.id}")))
         if cmd.action == "stop":
+            self._commanding = "stop"
             code = self.proc.stop(grace_s=self.grace_s)
             self.stopped_by_command = True
             self.check_exit()
@@ -321,6 +326,7 @@ class Agent:
     def _restart(self, *, step: Any, path: Any, attempt: Any = None) -> tuple[str, str, dict[str, Any]]:
         if step is not None and not isinstance(step, int):
             return "failed", f"params.step must be an integer or null (got {step!r})", {}
+        self._commanding = "restart"
         old = self.proc.stop(grace_s=self.grace_s)
         self.check_exit()
         # The job's restart generation when the command carries one (every node of the job, a

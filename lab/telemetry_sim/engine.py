@@ -210,6 +210,8 @@ class Simulation:
             return self._crash_and_restart(crash, f.end)
         if f.kind == "user_error" and f.variant == "app_xid":
             return self._app_crash(f)
+        if f.kind == "user_error" and f.variant == "sigkill":
+            return self._killed(f)
         if f.kind == "user_error":
             return self._user_error(f)
         return self._crash_and_restart(f.end, f.end)  # nan / sdc: stopped once noticed
@@ -224,6 +226,19 @@ class Simulation:
             rank = self.lay.ranks_on(node)[0]
             self._log(fail + 0.01 * node, rank, "ERROR", "python", text.format(rank=rank), "traceback", exit_code=-6)
         return self._crash_and_restart(fail + 0.5, f.end)
+
+    def _killed(self, f: Fault) -> float:
+        """SIGKILL (the kernel's OOM killer, a host-memory cgroup limit) takes the training processes of one node
+        (`f.node`) or of every node: no traceback, no error file, only each agent's exit event. The other nodes'
+        ranks block in their next collective; nothing else says why the job stopped."""
+        die = f.start + self.rng.uniform(0.5, 3.0)
+        self._segment(f.start, die, "hung", "training")
+        code = self.rng.choice((-9, 137))  # the agent's signal death, or 128 + 9 through a shell wrapper
+        for node in [f.node] if f.node >= 0 else range(self.job.nodes):
+            rank = self.lay.ranks_on(node)[0]
+            self._log(die + 0.01 * node, rank, "ERROR", "torchelastic", f"process exited with code {code}", "exit",
+                      exit_code=code)
+        return self._crash_and_restart(die + 0.5, f.end)
 
     def _user_error(self, f: Fault) -> float:
         """A redeploy with broken code: restart on a new code_version, fail with a traceback, roll back.

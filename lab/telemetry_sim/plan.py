@@ -37,7 +37,7 @@ RESTARTING = {("hw_fault", "xid"), ("hw_fault", "dbe"), ("hw_fault", "lost"), ("
               ("nan", "grad"), ("nan", "inf_loss"), ("sdc", "checksum"), ("sdc", "intermittent"),
               ("sdc", "last_stage"), ("user_error", "import_error"),
               ("user_error", "shape_mismatch"), ("user_error", "syntax_error"), ("user_error", "oom"),
-              ("user_error", "app_xid"), ("user_error", "silent_startup")}
+              ("user_error", "app_xid"), ("user_error", "silent_startup"), ("user_error", "sigkill")}
 SETTLE_S = 120.0  # quiet time required after one fault ends before the next may start
 HANG_IN_PAUSE_S = 600.0  # issue 22's target for a hang inside a checkpoint or eval pause
 # A fail-slow shorter than this recovers on its own: the detectors' default `persist_s` (issue 22). Its label says
@@ -156,7 +156,9 @@ def resolve(spec: FaultSpec, index: int, scenario: Scenario, rng: random.Random)
         magnitude = spec.magnitude or rng.uniform(6.0, 30.0)
     else:
         magnitude = spec.magnitude or 0.0
-    if spec.kind in ("loss_spike", "user_error") or (spec.kind == "slowdown" and variant == "gradual"):
+    if (spec.kind, variant) == ("user_error", "sigkill") and spec.node is not None:
+        rank, gpu = -1, -1  # the processes of the node the scenario names die; no node named: every node's
+    elif spec.kind in ("loss_spike", "user_error") or (spec.kind == "slowdown" and variant == "gradual"):
         node, rank, gpu = -1, -1, -1  # job-wide: nothing to localise
     fault_id = f"{scenario.name}-{index:03d}-{spec.kind}"
     return Fault(fault_id, spec.kind, variant, start, start + duration, node, rank, gpu, code, magnitude,

@@ -26,7 +26,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "nan": ("loss", "grad", "inf_loss"),
     "loss_spike": ("spike", "single", "grad"),
     "sdc": ("checksum", "intermittent", "last_stage"),
-    "user_error": ("import_error", "shape_mismatch", "syntax_error", "oom", "app_xid", "silent_startup"),
+    "user_error": ("import_error", "shape_mismatch", "syntax_error", "oom", "app_xid", "silent_startup", "sigkill"),
 }
 
 

@@ -47,7 +47,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SNAPSHOT_BUDGET = 0.05  # share of the loop's time that snapshots may take
-CENSUS_BUDGET = 0.01  # share of it that counting detector state for /metrics may take
+# A transaction is committed this long after it began at the latest, however costly snapshots
+# make the commit interval: a third of its 15 s timeout (kafka_io.aio_producer), so a slow batch
+# after the deadline still commits in time (issue 21: 50,000 new jobs in a minute outlived it).
+TXN_BUDGET_S = 5.0
+CENSUS_BUDGET = 0.01  # share of the loop's time that counting detector state for /metrics may take
 Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
 
 
@@ -85,6 +89,9 @@ class BatchLoop:
         self.snapshots = 0
         self.snapshot_bytes = 0
         self.snapshot_cost_s = 0.0  # CPU seconds of the last commit's snapshots
+        self.largest_snapshot = 0  # bytes of the largest task snapshot written (before any split)
+        self.longest_txn_s = 0.0  # wall seconds from a transaction's begin to its commit, worst seen
+        self._txn_since: float | None = None  # when the open transaction began (monotonic)
         self._stopping = asyncio.Event()
         self._lock = asyncio.Lock()
         self._offsets: dict[TopicPartition, int] = {}  # next offset to commit, per partition
@@ -113,6 +120,7 @@ class BatchLoop:
         await producer.start()
         await consumer.start()
         table = asyncio.ensure_future(self.factory.table.follow(self.broker, self.topics, self._stopping))
+        failed = False  # a cancellation (shutdown) is no failure: what was processed is committed
         try:
             if self.exactly_once:
                 # Fence a killed predecessor now: its open transaction (outputs, snapshots, offsets) is
@@ -122,15 +130,23 @@ class BatchLoop:
             names = [self.topics.name(t) for t in (*INPUT_TOPICS, "node-events")]
             consumer.subscribe(names, listener=_Listener(self, producer))
             await self._loop(consumer, producer)
+        except Exception:
+            failed = True  # fenced, or a commit failed: the restart resumes from the last commit
+            raise
         finally:
             self._stopping.set()
             try:
                 async with self._lock:
-                    await self._flush(consumer, producer)
+                    if failed:
+                        await self._abandon(producer)
+                    else:
+                        await self._flush(consumer, producer)
             finally:
                 await consumer.stop()
                 await producer.stop()
                 await asyncio.gather(table, return_exceptions=True)
+                log.info("stopped: %d snapshots, the largest task snapshot %d bytes, the longest transaction %.3f s",
+                         self.snapshots, self.largest_snapshot, self.longest_txn_s)
 
     async def _loop(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
         next_lag = next_commit = next_check = time.monotonic()
@@ -143,11 +159,15 @@ class BatchLoop:
                     next_check = now + 0.25
                 outputs = self._process(fetched) if fetched else self._advance()
                 await self._publish(producer, outputs)
-                if now >= next_commit and (self._offsets or any(t.dirty for t in self.tasks.values())):
+                due = now >= next_commit or (self._txn_since is not None and
+                                             time.monotonic() - self._txn_since >= TXN_BUDGET_S)
+                if due and (self._offsets or any(t.dirty for t in self.tasks.values())):
                     await self._flush(consumer, producer)
                     # Snapshots cost CPU in proportion to the state: commit at most as often as
-                    # keeps them within SNAPSHOT_BUDGET of the loop's time (rate-limited, consistent).
-                    next_commit = now + max(self.commit_interval_s, self.snapshot_cost_s / SNAPSHOT_BUDGET)
+                    # keeps them within SNAPSHOT_BUDGET of the loop's time (rate-limited, consistent),
+                    # and never later than the transaction's budget allows.
+                    stretch = max(self.commit_interval_s, self.snapshot_cost_s / SNAPSHOT_BUDGET)
+                    next_commit = now + min(stretch, TXN_BUDGET_S / 2)
             if self.metrics is not None and now >= next_lag:
                 next_lag = now + self.lag_interval_s
                 self.metrics.refresh_lag(lambda t, p: _highwater(consumer, TopicPartition(t, p)))
@@ -232,6 +252,23 @@ class BatchLoop:
     async def _begin(self, producer: AIOKafkaProducer) -> None:
         if not producer._txn_manager.is_in_transaction():  # noqa: SLF001 - aiokafka has no public getter
             await producer.begin_transaction()
+            self._txn_since = time.monotonic()
+
+    async def _abandon(self, producer: AIOKafkaProducer) -> None:
+        """After a failure: abort what is open if the producer still can, never commit.
+
+        A fenced producer can neither commit nor abort (aiokafka raises an
+        invalid state transition); its open transaction is aborted by the
+        broker or by the instance that fenced it, and the restart restores
+        the last committed snapshot with its offsets.
+        """
+        self._offsets, self._txn_since = {}, None
+        if not self.exactly_once or not producer._txn_manager.is_in_transaction():  # noqa: SLF001
+            return
+        try:
+            await producer.abort_transaction()
+        except Exception as exc:  # fenced or broken: nothing more to do here
+            log.warning("could not abort the open transaction (%s); the broker's timeout will", exc)
 
     async def _flush(self, consumer: AIOKafkaConsumer | None, producer: AIOKafkaProducer) -> None:
         """Commit what was processed: outputs, snapshots of changed tasks, and input offsets, together."""
@@ -251,13 +288,18 @@ class BatchLoop:
             blob = snapshot.dump(snapshot.Snapshot(task.processor.pipeline, dict(task.clock.parts),
                                                    list(task.processor.buffer)))
             cost += time.process_time() - started
-            await producer.send(self.topics.name("worker-state"), blob, key=task.key(self.group_id))
+            for key, value in snapshot.pieces(task.key(self.group_id), blob):  # split when big
+                await producer.send(self.topics.name("worker-state"), value, key=key)
             self.snapshots, self.snapshot_bytes, task.dirty = self.snapshots + 1, len(blob), False
+            self.largest_snapshot = max(self.largest_snapshot, len(blob))
         if dirty:
             self.snapshot_cost_s = cost
         if offsets:
             await producer.send_offsets_to_transaction(offsets, self.group_id)
         await producer.commit_transaction()
+        if self._txn_since is not None:
+            self.longest_txn_s = max(self.longest_txn_s, time.monotonic() - self._txn_since)
+            self._txn_since = None
 
 
     def count_state(self, now: float) -> None:
@@ -290,9 +332,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
                 await loop._flush(None, self.producer)  # noqa: SLF001
             except Exception as exc:  # abort: the next owner redoes this work from the last commit
                 log.warning("commit before a rebalance failed (%s); aborting the open transaction", exc)
-                loop._offsets = {}  # noqa: SLF001
-                if self.producer._txn_manager.is_in_transaction():  # noqa: SLF001
-                    await self.producer.abort_transaction()
+                await loop._abandon(self.producer)  # noqa: SLF001
             for number in {tp.partition for tp in revoked}:
                 loop.tasks.pop(number, None)  # its state is on the changelog; the next owner restores it
 

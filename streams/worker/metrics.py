@@ -266,7 +266,10 @@ class WorkerMetrics:
                        for t, n in sorted(stats.by_topic.copy().items())]),
                Family("trainguard_worker_dead_letters", "counter",
                       "Messages that failed to decode and went to the dead-letter topic",
-                      [("trainguard_worker_dead_letters_total", (), float(stats.dead_lettered))])]
+                      [("trainguard_worker_dead_letters_total", (), float(stats.dead_lettered))]),
+               Family("trainguard_worker_rerouted", "counter",
+                      "Records whose job hashes to another task (keyed wrongly), sent on to it through node-events",
+                      [("trainguard_worker_rerouted_total", (), float(stats.rerouted))])]
         if self._state_sizes is not None:
             out.append(Family("trainguard_worker_detector_state_entries", "gauge",
                               "Keyed entries held by each detector",

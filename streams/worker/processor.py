@@ -50,6 +50,16 @@ class Routing:
     task: int
     job_of: Callable[[str], str]
     task_of: Callable[[str], int]
+    _homes: dict[str, int] = field(default_factory=dict)  # job -> its task (murmur2 is slow in Python)
+
+    def home(self, job: str) -> int:
+        """The task a job's key hashes to (cached, bounded)."""
+        task = self._homes.get(job)
+        if task is None:
+            if len(self._homes) >= 100_000:
+                self._homes.clear()
+            task = self._homes[job] = self.task_of(job)
+        return task
 
 # Dead letters keep at most this much of the original (base64 grows it by a
 # third); the rest stays findable at (topic, partition, offset) with its digest.
@@ -104,6 +114,7 @@ class ProcessorStats:
     anomalies: int = 0
     incidents: int = 0
     by_topic: dict[str, int] = field(default_factory=dict)
+    rerouted: int = 0  # records whose job hashes to another task, sent on to it (a producer keyed them wrongly)
 
 
 class MessageProcessor:
@@ -166,10 +177,14 @@ class MessageProcessor:
                     continue
                 if routed and not record.job and self._forward(record, message, out):  # type: ignore[attr-defined]
                     continue
+                job = getattr(record, "job", "")
+                if job and self.routing is not None and self.routing.home(job) != self.routing.task:
+                    out.append(self._misrouted(message, logical, job))
+                    continue
                 if logical == "node-events" and not record.job:  # type: ignore[attr-defined]
                     record = msgspec.structs.replace(record, job=(message.key or b"").decode())  # type: ignore[call-arg]
                 ts = record.ts
-                verdict = admit(tp, ts, message.timestamp / 1000.0, message)
+                verdict = admit(tp, ts, message.timestamp / 1000.0, message, getattr(record, "node", None) or None)
                 if verdict is None:
                     self._seq += 1
                     push(heap, (ts, self._seq, record))
@@ -222,6 +237,23 @@ class MessageProcessor:
             return False
         out.append(OutMessage(self._node_events, job.encode(), message.value or b""))
         return True
+
+    def _misrouted(self, message: Message, logical: str, job: str) -> OutMessage:
+        """A record keyed to the wrong task: on to its job's task through `node-events`, once.
+
+        Processed here it would feed a task that sees none of the job's other
+        evidence (issue 21: a stale second hang in the wrong task, a missed
+        slowdown in the right one). A record already re-keyed that still
+        lands here (partition counts differ) is dead-lettered rather than
+        sent round again.
+        """
+        routing = self.routing
+        assert routing is not None
+        if logical == "node-events":
+            return self._dead_letter(message, f"misrouted: job {job!r} belongs to task {routing.home(job)}, "
+                                              f"re-keyed once already and read by task {routing.task}")
+        self.stats.rerouted += 1
+        return OutMessage(self._node_events, job.encode(), message.value or b"")
 
     def advance_to(self, clock: EventClock[Any]) -> list[OutMessage]:
         """Move time to the clock's watermark when no message came (idle partitions, silence)."""

@@ -11,13 +11,22 @@ the committed offsets always match: nothing lost, nothing repeated.
 
 Compaction keeps only the newest snapshot per key, so restoring reads one
 value per worker however long it has run.
+
+A snapshot bigger than `CHUNK_BYTES` is split across keys of the changelog
+(`<key>#0`, `<key>#1`, ...) with a manifest under the task's own key naming
+the count and the SHA-256 of the whole, all in the same transaction: a big
+state never makes a message the broker refuses (issue 21: a 22 MB snapshot
+crash-looped a worker). A restore that finds a chunk missing or the digest
+wrong starts the task fresh rather than from a mix of two snapshots.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import pickle
 import zlib
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,3 +73,41 @@ def load(blob: bytes) -> Snapshot | None:
         return None
     snap.buffer = _UNBUFFER.decode(snap.buffer) if isinstance(snap.buffer, bytes) else snap.buffer
     return snap
+
+
+# Under a default broker's 1 MB message limit (message.max.bytes), with room for the record's framing.
+CHUNK_BYTES = 960 << 10
+_MANIFEST = b"trainguard-snapshot-chunks\n"
+
+
+def chunk_key(key: bytes, index: int) -> bytes:
+    """The changelog key of one chunk of a split snapshot."""
+    return key + b"#%d" % index
+
+
+def owner_of(key: bytes) -> bytes:
+    """The task key a changelog key belongs to (itself, or the key a chunk was split from)."""
+    head, sep, tail = key.rpartition(b"#")
+    return head if sep and tail.isdigit() else key
+
+
+def pieces(key: bytes, blob: bytes, chunk_bytes: int = CHUNK_BYTES) -> list[tuple[bytes, bytes]]:
+    """The (key, value) messages that store `blob`: itself, or its chunks then their manifest."""
+    if len(blob) <= chunk_bytes:
+        return [(key, blob)]
+    chunks = [blob[i:i + chunk_bytes] for i in range(0, len(blob), chunk_bytes)]
+    manifest = _MANIFEST + json.dumps({"chunks": len(chunks), "sha256": hashlib.sha256(blob).hexdigest()}).encode()
+    return [(chunk_key(key, i), c) for i, c in enumerate(chunks)] + [(key, manifest)]
+
+
+def assemble(key: bytes, values: Mapping[bytes, bytes]) -> bytes | None:
+    """The snapshot blob stored under `key` (joined from its chunks if split); None if absent or torn."""
+    value = values.get(key)
+    if value is None or not value.startswith(_MANIFEST):
+        return value
+    meta = json.loads(value[len(_MANIFEST):])
+    chunks = [values.get(chunk_key(key, i)) for i in range(int(meta["chunks"]))]
+    if any(c is None for c in chunks):
+        return None
+    blob = b"".join(c for c in chunks if c is not None)
+    return blob if hashlib.sha256(blob).hexdigest() == meta["sha256"] else None

@@ -29,7 +29,7 @@ from schemas.signing import Signer
 from schemas.topics import Topics
 from streams import kafka_io
 from streams.worker.processor import MessageProcessor, ProcessorStats, Routing
-from streams.worker.snapshot import Snapshot
+from streams.worker.snapshot import Snapshot, assemble, owner_of
 from streams.worker.snapshot import load as load_snapshot
 from streams.worker.watermark import EventClock
 
@@ -97,12 +97,13 @@ async def read_snapshots(broker: BrokerSettings, topics: Topics, keys: Iterable[
         parts = await kafka_io.aio_partitions_for(reader, topics.name("worker-state"))
         reader.assign(parts)
         async for message in kafka_io.aio_read_to_end(reader, parts):
-            if message.key in wanted:
+            if message.key is not None and owner_of(message.key) in wanted:
                 blobs[message.key] = message.value
     finally:
         await reader.stop()
     out = {}
-    for key, blob in blobs.items():
+    for key in wanted:
+        blob = assemble(key, blobs)
         snap = load_snapshot(blob) if blob else None
         if snap is not None:
             out[key] = snap

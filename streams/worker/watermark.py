@@ -43,17 +43,37 @@ class _Held(Generic[P]):
     ts: float
     payload: P
     contradicted: int = 0
+    source: Hashable = None  # the host that sent it (None: unknown, any other record may confirm it)
+    echoes: int = 0  # later records of the same host near its time
+    others: int = 0  # records of other hosts accepted in the present since it was held
 
 
 @dataclass
 class PartitionTime(Generic[P]):
-    """One partition's watermark and the records held as dated too far ahead."""
+    """One partition's watermark and the records held as dated too far ahead.
+
+    Only the event-time facts (`watermark`, `held`) travel in a snapshot.
+    The fetch facts are this process's own: `last_record_wall` is a reading
+    of its monotonic clock (meaningless in another process or on another
+    host) and `caught_up` describes its consumer's position. A restored
+    partition starts as not known, so it is neither caught up nor idle
+    until its new owner has fetched it (issue 21: a restored "caught up"
+    made a backlog look idle and let time run past it, raising a false hang).
+    """
 
     watermark: float = NEG_INF
     held: list[_Held[P]] = field(default_factory=list)
     last_record_wall: float = NEG_INF
     caught_up: bool = False  # position >= end offset at the last fetch
-    known: bool = False  # caught_up was ever learned from the broker
+    known: bool = False  # caught_up was ever learned from the broker (by this process)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"watermark": self.watermark, "held": self.held}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Snapshots written before carried the fetch facts too: they are dropped here.
+        self.watermark, self.held = state.get("watermark", NEG_INF), state.get("held", [])
+        self.last_record_wall, self.caught_up, self.known = NEG_INF, False, False
 
 
 @dataclass(frozen=True)
@@ -83,8 +103,9 @@ class EventClock(Generic[P]):
     # ---------------------------------------------------------- assignment
 
     def assign(self, tp: Hashable, state: PartitionTime[P] | None = None) -> None:
-        """Start following a partition (with its restored state, if any)."""
+        """Start following a partition (with its restored state, if any): not known until fetched."""
         part = self.parts[tp] = state or PartitionTime()
+        part.last_record_wall, part.caught_up, part.known = NEG_INF, False, False
         self._newest = max(self._newest, part.watermark)
         self._holding += len(part.held)
 
@@ -105,7 +126,8 @@ class EventClock(Generic[P]):
         part.last_record_wall = self._clock()
         return part
 
-    def admit(self, tp: Hashable, ts: float, broker_ts: float, payload: P) -> Verdict[P] | None:
+    def admit(self, tp: Hashable, ts: float, broker_ts: float, payload: P,
+              source: Hashable = None) -> Verdict[P] | None:
         """Judge one record of partition `tp` (after `touch(tp)`): None means accepted as it is.
 
         "Far ahead" is measured against the newest time of *all* the clock's
@@ -120,19 +142,21 @@ class EventClock(Generic[P]):
                 if ts > self._newest:
                     self._newest = ts
             return None
-        return self._judge(self.touch(tp) if tp not in self.parts else self.parts[tp], ts, broker_ts, payload)
+        return self._judge(self.touch(tp) if tp not in self.parts else self.parts[tp], ts, broker_ts, payload,
+                           source)
 
-    def _judge(self, part: PartitionTime[P], ts: float, broker_ts: float, payload: P) -> Verdict[P]:
+    def _judge(self, part: PartitionTime[P], ts: float, broker_ts: float, payload: P,
+               source: Hashable = None) -> Verdict[P]:
         if broker_ts > 0 and ts > broker_ts + self.max_ahead_s:
             return Verdict([], [(payload, f"future-dated: event time {ts:.3f} is {ts - broker_ts:.0f}s ahead of "
                                           f"its broker timestamp (bound {self.max_ahead_s:.0f}s)")])
         if self._newest != NEG_INF and ts > self._newest + self.max_ahead_s:
-            return self._hold(part, ts, payload)
+            return self._hold(part, ts, payload, source)
         accept = [(ts, payload)]
         self._moved(part, ts)
         reject: list[tuple[P, str]] = []
         if self._holding:
-            self._settle(ts, part, accept, reject)
+            self._settle(ts, part, accept, reject, source)
         return Verdict(accept, reject)
 
     def _moved(self, part: PartitionTime[P], ts: float) -> None:
@@ -141,12 +165,24 @@ class EventClock(Generic[P]):
             if ts > self._newest:
                 self._newest = ts
 
-    def _hold(self, part: PartitionTime[P], ts: float, payload: P) -> Verdict[P]:
-        """A record far ahead: confirmed by another as new, or held."""
-        peers = [(p, h) for p in self.parts.values() for h in p.held
-                 if abs(h.ts - ts) <= self.max_ahead_s and h.payload != payload]
+    def _hold(self, part: PartitionTime[P], ts: float, payload: P, source: Hashable = None) -> Verdict[P]:
+        """A record far ahead: confirmed by an independent one as new, or held.
+
+        Independent means another host (issue 21: a host a day ahead sent
+        several kinds of records, two confirmed each other and the task's
+        time jumped a day). A host's own later records confirm it only while
+        no other host speaks in the present meanwhile (a lone host resuming
+        after a long pause, `confirm_within` records of its own).
+        """
+        near = [(p, h) for p in self.parts.values() for h in p.held
+                if abs(h.ts - ts) <= self.max_ahead_s and h.payload != payload]
+        peers = [(p, h) for p, h in near if source is None or h.source is None or h.source != source]
         if not peers:
-            part.held.append(_Held(ts, payload))
+            for _, h in near:
+                h.echoes += 1
+            peers = [(p, h) for p, h in near if h.echoes >= self.confirm_within and not h.others]
+        if not peers:
+            part.held.append(_Held(ts, payload, source=source))
             self._holding += 1
             return Verdict([], [])
         # Two distinct records agree on the new time: the stream really moved on (a job resumed).
@@ -159,14 +195,16 @@ class EventClock(Generic[P]):
             self._moved(owner, h.ts)
         reject: list[tuple[P, str]] = []
         if self._holding:
-            self._settle(self._newest, part, accept, reject)
+            self._settle(self._newest, part, accept, reject, source)
         return Verdict(sorted(accept, key=lambda a: a[0]), reject)
 
     def _settle(self, ts: float, source: PartitionTime[P], accept: list[tuple[float, P]],
-                reject: list[tuple[P, str]]) -> None:
+                reject: list[tuple[P, str]], host: Hashable = None) -> None:
         """A record accepted at `ts` confirms held records near it (any partition); on its own
         partition it contradicts those still far ahead (a partition read behind the others, a
-        backlog, contradicts nothing)."""
+        backlog, contradicts nothing). A record of another host in the present (near the newest
+        time, on any partition) contradicts them too: their host's clock is the odd one."""
+        present = ts >= self._newest - self.max_ahead_s
         for part in self.parts.values():
             if not part.held:
                 continue
@@ -176,7 +214,10 @@ class EventClock(Generic[P]):
                     accept.append((h.ts, h.payload))
                     self._moved(part, h.ts)
                     continue
-                if part is not source:
+                other = present and (host is None or h.source is None or host != h.source)
+                if other:
+                    h.others += 1  # another host speaks in the present: the held one's own echoes prove nothing
+                if part is not source and not (other and h.source is not None):
                     keep.append(h)
                     continue
                 h.contradicted += 1

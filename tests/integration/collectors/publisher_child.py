@@ -21,7 +21,7 @@ def main(servers: str, prefix: str, spool: str, rate: float) -> None:
     step = 0
     while True:
         for job in ("ja", "jb"):
-            pub.publish(TrainingStep(ts=float(step), job=job, rank=0, node="n0", step=step, loss=1.0))
+            pub.publish(TrainingStep(ts=1.0 + step, job=job, rank=0, node="n0", step=step, loss=1.0))
             print(f"accepted {job} {step}", flush=True)
         step += 1
         time.sleep(1.0 / rate)

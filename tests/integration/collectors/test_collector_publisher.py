@@ -29,7 +29,7 @@ def free_port() -> int:
 
 
 def _step(i: int) -> TrainingStep:
-    return TrainingStep(ts=float(i), job="j1", rank=0, node="n0", step=i, loss=1.0)
+    return TrainingStep(ts=1.0 + i, job="j1", rank=0, node="n0", step=i, loss=1.0)
 
 
 def _steps_of(records: list[object]) -> list[int]:
@@ -82,7 +82,7 @@ def test_broker_restart_and_collector_restart_lose_nothing(own_broker: LocalBrok
     own_broker.stop()
     for i in range(50, 150):
         first.publish(_step(i))
-        first.publish(Heartbeat(ts=float(i), job="j1", rank=0, node="n0", step=i))
+        first.publish(Heartbeat(ts=1.0 + i, job="j1", rank=0, node="n0", step=i))
     assert not first.flush(timeout_s=3)  # the broker is down: nothing can be acknowledged
     assert not first.close(timeout_s=2)  # the collector stops: what is undelivered stays on disk
     assert first.stats()["spooled"] == 200

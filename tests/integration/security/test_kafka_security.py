@@ -65,7 +65,7 @@ def test_every_client_flavour_works_over_tls_and_sasl(secure_broker: SecureBroke
 
     publisher = Publisher(servers=broker.servers, topics=topics, spool_dir=tmp_path / "spool", client_options=kafka)
     for i in range(5):
-        publisher.publish(Heartbeat(ts=float(i), job="j", rank=i, node="n0"))
+        publisher.publish(Heartbeat(ts=1.0 + i, job="j", rank=i, node="n0"))
     assert publisher.close(timeout_s=60) and len(publisher.spool) == 0
 
     consumer = KafkaConsumer(topics.name("training"), bootstrap_servers=broker.servers, group_id=None,
@@ -136,7 +136,7 @@ def test_record_and_replay_over_sasl_ssl(secure_broker: SecureBroker, tmp_path: 
     with open(source, "wb") as f:
         writer = RecordingWriter(f)
         for i in range(3):
-            writer.write(Heartbeat(ts=float(i), job="j", rank=i, node="n0"), key="j")
+            writer.write(Heartbeat(ts=1.0 + i, job="j", rank=i, node="n0"), key="j")
     assert replay(source, broker=broker, topics=topics).sent == 3
     out = tmp_path / "out.jsonl"
     stats = record(out, broker=broker, topics=topics, logical=["training"], max_events=3, timeout_s=60)

@@ -117,7 +117,7 @@ def one_life(path: Path, fleet: Fleet, budget: Budget, *, first: bool) -> PlanRu
     knowledge = JobKnowledge(journal, engine, checkpoints)
     knowledge.load()
     if first:  # what the topics told the first process (offsets committed after it was journaled)
-        knowledge.observe_topology(JobTopology(ts=0.0, job="j", world_size=8, rank_nodes=dict(enumerate(NODES))))
+        knowledge.observe_topology(JobTopology(ts=1.0, job="j", world_size=8, rank_nodes=dict(enumerate(NODES))))
         knowledge.observe_checkpoint(CheckpointEvent(ts=50.0, job="j", step=100, path="/ck/100"))
     rails = Rails(CircuitBreaker(max_fraction=0.25, window_s=3600), Cooldown(cooldown_s=600),
                   StandbyPool(spares=["s0"]))
@@ -179,7 +179,7 @@ def test_restarted_act_remembers_checkpoints_topology_and_earlier_nan(tmp_path: 
     checkpoints = CheckpointRegistry()
     engine = DecisionEngine(checkpoints)
     knowledge = JobKnowledge(journal, engine, checkpoints)
-    knowledge.observe_topology(JobTopology(ts=0.0, job="j", world_size=2, rank_nodes={0: "a", 1: "b"}))
+    knowledge.observe_topology(JobTopology(ts=1.0, job="j", world_size=2, rank_nodes={0: "a", 1: "b"}))
     knowledge.observe_checkpoint(CheckpointEvent(ts=1.0, job="j", step=100, path="/ck/100"))
     nan = Incident(ts=9.0, id="nan-1", kind="nan", job="j", onset=8.0, detected_at=9.0, step=150)
     assert journal.record_decision(engine.decide(nan), knowledge.engine_state())

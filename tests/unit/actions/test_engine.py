@@ -108,6 +108,15 @@ def test_user_error_rolls_back_to_last_good_version_without_evicting() -> None:
     assert all(s.action != "evict_node" for s in decision.plan)
 
 
+def test_a_crash_pending_diagnosis_restarts_from_the_checkpoint_never_rolls_back_or_evicts() -> None:
+    """Ranks died and nothing said why: a code version on the incident is no evidence against that code."""
+    eng = engine()
+    first = eng.decide(incident("user_error", nodes=["n1"], cause="unknown", pending_diagnosis=True, code_version="v2"))
+    assert (first.rule, [s.action for s in first.plan]) == ("job_crash.retry_once", ["retry"])
+    again = eng.decide(incident("user_error", nodes=["n1"], iid="i2", ts=200.0, cause="unknown"))
+    assert (again.rule, [s.action for s in again.plan]) == ("job_crash.escalate_after_retry", ["escalate"])
+
+
 def test_unknown_retries_once_then_escalates() -> None:
     eng = engine()
     assert eng.decide(incident("unknown")).rule == "unknown.retry_once"

@@ -240,3 +240,20 @@ def test_every_command_received_and_its_answer_is_logged(make_agent, caplog: pyt
     assert any("forged rejected" in line for line in lines)
     assert any("real stop received" in line for line in lines)
     assert any(line.startswith("command real stop: ok") for line in lines)
+
+
+def test_an_exit_act_commanded_says_so_and_a_crash_does_not(make_agent) -> None:  # type: ignore[no-untyped-def]
+    """The detectors tell act's own stops from crashes by this marker (issue 22: every crash is an incident)."""
+    agent, sink = make_agent()
+    agent.start()
+    agent.handle(cmd("r1", "restart_from_checkpoint", params={"step": 4, "path": "/c/4"}))
+    agent.handle(cmd("s1", "stop"))
+    exits = [e for e in sink.records if isinstance(e, LogEvent) and e.category == "exit"]
+    assert [e.message.endswith(f"(stopped by command {a})") for e, a in zip(exits, ("restart", "stop"))] == [True] * 2
+    assert all(e.exit_code not in (0, None) for e in exits)
+    crasher, crash_sink = make_agent([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    crasher.start()
+    while crasher.check_exit() is None:
+        time.sleep(0.05)
+    [death] = [e for e in crash_sink.records if isinstance(e, LogEvent) and e.category == "exit"]
+    assert death.exit_code == -9 and "stopped by command" not in death.message

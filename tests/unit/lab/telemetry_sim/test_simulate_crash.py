@@ -42,6 +42,24 @@ def test_a_silent_start_up_death_comes_after_a_code_change_on_every_node_with_on
     assert label["variant"] == "silent_startup"
 
 
+def test_a_sigkill_on_one_node_leaves_only_that_nodes_exit_event_no_traceback_no_message() -> None:
+    events, [label] = simulate({"kind": "user_error", "at_s": 300, "variant": "sigkill", "node": 2})
+    exits = [e for e in events if isinstance(e, LogEvent) and e.category == "exit" and e.exit_code]
+    assert [e.node for e in exits] == ["gpu-node-002"] and exits[0].exit_code in (-9, 137)
+    assert T0 + 300 < exits[0].ts < T0 + 304
+    late = [e for e in events if isinstance(e, LogEvent) and e.ts >= T0 + 300 and e.level == "ERROR"]
+    assert late == exits  # nothing else says why the job stopped
+    assert (label["kind"], label["variant"], label["nodes"]) == ("user_error", "sigkill", ["gpu-node-002"])
+
+
+def test_a_sigkill_naming_no_node_kills_every_nodes_processes_at_once() -> None:
+    events, [label] = simulate({"kind": "user_error", "at_s": 300, "variant": "sigkill"})
+    exits = [e for e in events if isinstance(e, LogEvent) and e.category == "exit" and e.exit_code]
+    assert len({e.node for e in exits}) == 4 and len({e.exit_code for e in exits}) == 1
+    assert max(e.ts for e in exits) - min(e.ts for e in exits) < 1.0
+    assert label["nodes"] == []
+
+
 def test_a_link_fail_slow_is_a_third_of_its_siblings_with_symbol_errors_and_a_short_one_is_labelled_transient() -> None:
     from schemas.records import RdmaSample
 

@@ -19,13 +19,13 @@ TOPICS = Topics("u.")
 
 
 def _record(offset: int, value: bytes, topic: str = "u.training") -> ConsumerRecord[bytes, bytes]:
-    return ConsumerRecord(topic=topic, partition=1, offset=offset, timestamp=200_000, timestamp_type=0, key=b"j",
+    return ConsumerRecord(topic=topic, partition=1, offset=offset, timestamp=200_000, timestamp_type=0, key=b"j2",
                           value=value, checksum=None, serialized_key_size=1, serialized_value_size=len(value),
                           headers=())
 
 
 def _step(step: int, loss: float | str) -> bytes:
-    return encode(TrainingStep(ts=100.0 + step, job="j", rank=0, node="n0", step=step, loss=loss))  # type: ignore[arg-type]
+    return encode(TrainingStep(ts=100.0 + step, job="j2", rank=0, node="n0", step=step, loss=loss))  # type: ignore[arg-type]
 
 
 def test_a_fetch_is_processed_in_order_with_outputs_and_metrics() -> None:
@@ -40,7 +40,7 @@ def test_a_fetch_is_processed_in_order_with_outputs_and_metrics() -> None:
                                                  _record(2, b"not json"), _record(3, _step(5, 2.0))]}
     outputs = loop._process(fetched)
     topics = [o.topic for o in outputs]
-    assert topics == ["u.dead-letter", "u.anomalies", "u.incidents", "u.node-jobs"]  # n0 runs j: shared
+    assert topics == ["u.dead-letter", "u.anomalies", "u.incidents", "u.node-jobs"]  # n0 runs j2 (its job hashes to task 1): shared
     assert decode(outputs[1].value).step == 2
     assert proc.stats.processed == 4 and proc.stats.dead_lettered == 1
     assert metrics.value("trainguard_worker_batch_seconds_count") == 1

@@ -178,6 +178,7 @@ def test_the_exported_families_keep_their_names_and_types() -> None:
     m = WorkerMetrics(stats=ProcessorStats(), topics=TOPICS, census=StateCensus())
     assert [(f.name, f.type) for f in m.registry.collect()] == [
         ("trainguard_worker_events", "counter"), ("trainguard_worker_dead_letters", "counter"),
+        ("trainguard_worker_rerouted", "counter"),
         ("trainguard_worker_detector_state_entries", "gauge"), ("trainguard_worker_detector_evictions", "counter"),
         ("trainguard_worker_anomalies", "counter"), ("trainguard_worker_incidents", "counter"),
         ("trainguard_worker_batch_seconds", "histogram"), ("trainguard_worker_consumer_lag", "gauge"),
