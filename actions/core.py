@@ -50,6 +50,7 @@ from actions.knowledge import JobKnowledge
 from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command, record_selfcheck
 from actions.runner import PlanRunner
 from detectors.common import Bounded, bounded_evictions
+from schemas.actions import AGENT_TRANSLATION
 from schemas.records import (
     ActionResult,
     AuditEntry,
@@ -171,7 +172,11 @@ class ActCore:
         """
         targets = self.runner.addressed(result.command_id)
         if targets is not None and result.node in targets:
-            return ""
+            sent = self.runner.sent_action(result.command_id)
+            wire = {str(k): v for k, v in AGENT_TRANSLATION.items()}  # the verb the agent answers an action with
+            if sent is None or result.action in (sent, wire.get(sent, sent)):
+                return ""
+            return f"answers another action: {result.action} from {result.node} for a {sent} command"
         return (f"not a target: result from {result.node or '?'} for command {result.command_id} "
                 f"(addressed: {', '.join(sorted(targets or [])) or 'no command act sent'})")
 

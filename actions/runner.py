@@ -341,6 +341,21 @@ class PlanRunner:
             return frozenset(nodes)
         return frozenset(m for m in nodes if machine_command_id(step_id, m) == command_id) or None
 
+    def sent_action(self, command_id: str) -> str | None:
+        """The action of the step a command id belongs to (the intent in flight, else the settled step).
+
+        A real target must answer the command it got: its signed answer to a restart, labelled a
+        self-check, must not count as a passing self-check. None when act knows no such step.
+        """
+        parts = command_id.rsplit("-", 2)  # <decision>-<step>-<random>
+        if len(parts) != 3 or not parts[1].isdigit():
+            return None
+        sent = self.journal.intent(parts[0], int(parts[1]))
+        if sent is not None:
+            return sent.action
+        done = self.journal.step_result(parts[0], int(parts[1]))
+        return None if done is None else done.action
+
     def _nodes_for(self, decision: Decision, step: PlannedAction, results: dict[int, ActionResult]) -> list[str] | None:
         ref = step.targets_from
         if isinstance(ref, ReplayCulprit):

@@ -96,3 +96,35 @@ def test_each_machine_of_a_self_check_is_the_one_target_of_its_own_command(tmp_p
         assert runner.addressed("not-a-command") is None
     finally:
         runner.journal.close()
+
+
+def test_a_target_answering_with_another_action_is_not_counted_as_that_action(tmp_path: Path) -> None:
+    """A real target's signed answer to its stop, labelled a passing self-check, must not earn it a
+    return to the pool; its answer under the agent's own verb for the action (stop) still counts."""
+    keys = tmp_path / "keys"
+    generate(keys, "j0n1")
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(command: ActionCommand, targets: list[str]) -> ActionResult:
+        entered.set()
+        release.wait(10)
+        return answer("ok")(command, targets)
+
+    executor = Scripted(evict=slow)
+    eng, runner, audit = build(tmp_path, executor)
+    core = ActCore(engine=eng, runner=runner, knowledge=JobKnowledge(runner.journal, eng, eng.checkpoints),
+                   publish=audit.append, node_keys=load_ring([keys]))
+    try:
+        core.decide(hw("j0", "j0n1"))
+        assert entered.wait(10)
+        (evict, _), = [(c, t) for c, t in executor.calls if c.action == "evict_node"]
+        assert not _edge(core, keys, "j0n1", _result(evict.id, "j0n1", action="self_check", status="ok"))
+        assert _edge(core, keys, "j0n1", _result(evict.id, "j0n1", action="stop", status="ok"))
+        assert _edge(core, keys, "j0n1", _result(evict.id, "j0n1", action="evict_node", status="ok"))
+        assert runner.journal.get_state("selfchecks").get("j0n1") is None
+    finally:
+        release.set()
+        core.close(wait=True)
+        runner.journal.close()
+    rejected = events(audit, "result_rejected")
+    assert len(rejected) == 1 and rejected[0].detail["reason"].startswith("answers another action: self_check")
