@@ -68,7 +68,7 @@ class ClockSkewEstimator:
 
     bound_s: float = 120.0
     window: int = 31  # differences kept per host
-    every: int = 4  # a new estimate every this many records of a host (the median is not free)
+    every: int = 16  # a new estimate every this many records of a host (the median is not free)
     confirm: int = 3  # consecutive estimates before a verdict changes
     min_hosts: int = 3
     max_hosts: int = 10_000  # least recently heard hosts are forgotten beyond this
@@ -80,11 +80,16 @@ class ClockSkewEstimator:
         """Note one record of `node`; the finding when its verdict changes. `message_ts` <= 0: unknown."""
         if not node or message_ts <= 0:
             return None  # a recording without message times (the backtest): nothing to compare
-        host = self._host(node)
+        hosts = self._hosts
+        host = hosts.get(node)
+        if host is None:
+            host = self._add(node)
+        else:
+            hosts.move_to_end(node)  # the least recently heard host is the one forgotten
         host.deltas.append(ts - message_ts)
         host.seen += 1
         if host.seen % self.every:
-            return None
+            return None  # the hot path: a lookup, a move and an append
         host.estimate = statistics.median(host.deltas)
         self._refresh_reference()
         known = self._known()
@@ -108,14 +113,10 @@ class ClockSkewEstimator:
             return len(self._hosts)
         return sum(1 for h in self._hosts.values() if h.estimate is not None)
 
-    def _host(self, node: str) -> _Host:
-        host = self._hosts.get(node)
-        if host is None:
-            host = self._hosts[node] = _Host(deque(maxlen=self.window))
-            while len(self._hosts) > self.max_hosts:
-                self._hosts.popitem(last=False)
-        else:
-            self._hosts.move_to_end(node)
+    def _add(self, node: str) -> _Host:
+        host = self._hosts[node] = _Host(deque(maxlen=self.window))
+        while len(self._hosts) > self.max_hosts:
+            self._hosts.popitem(last=False)
         return host
 
     def _refresh_reference(self) -> None:
