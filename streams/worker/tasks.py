@@ -84,11 +84,20 @@ class TaskFactory:
         for tp, part in (snapshot.parts if snapshot is not None else {}).items():
             clock.assign(tp, part)
         processor = MessageProcessor(pipeline, self.topics, stats=self.stats, routing=routing, signer=self.signer,
-                                     skew=self.new_skew())
+                                     skew=self._skew(snapshot))
         if snapshot is not None:
             processor.buffer = list(snapshot.buffer)
             processor._seq = max((seq for _, seq, _ in snapshot.buffer), default=0)  # noqa: SLF001
         return Task(number, processor, clock)
+
+    def _skew(self, snapshot: Snapshot | None) -> ClockSkewEstimator | None:
+        """A fresh estimator, or the snapshot's (its verdicts were committed with it) under today's bound."""
+        fresh = self.new_skew()
+        restored = snapshot.skew if snapshot is not None else None
+        if fresh is None or restored is None:
+            return fresh
+        restored.bound_s = fresh.bound_s
+        return restored
 
 
 async def read_snapshots(broker: BrokerSettings, topics: Topics, keys: Iterable[bytes]) -> dict[bytes, Snapshot]:

@@ -16,8 +16,10 @@ from detectors.pipeline import DetectionPipeline
 from schemas import Codec
 from schemas.records import Anomaly, Heartbeat, LogEvent
 from schemas.topics import Topics
+from streams.worker import snapshot
 from streams.worker.processor import MessageProcessor, RawMessage
 from streams.worker.skew import ClockSkewEstimator, SkewFinding, skew_anomaly
+from streams.worker.tasks import NodeJobTable, Task, TaskFactory
 from streams.worker.watermark import EventClock
 
 DAY, HOUR = 86400.0, 3600.0
@@ -162,3 +164,35 @@ def test_the_worker_emits_one_clock_skew_finding_for_a_host_a_day_ahead() -> Non
 def test_the_worker_says_nothing_of_a_healthy_fleet_or_without_broker_timestamps() -> None:
     assert _run({**GOOD, "e": 20.0}, 300) == []
     assert _run({**GOOD, "bad": DAY}, 300, stamped=False) == []
+
+
+def test_a_restored_task_keeps_its_verdicts_and_reports_no_host_twice() -> None:
+    """The estimates travel in the task's snapshot (committed with the finding): a restore re-reports nothing."""
+    factory = TaskFactory(topics=TOPICS, partitions=1, new_pipeline=lambda: DetectionPipeline([]),
+                          new_clock=lambda: EventClock(max_ahead_s=30.0, idle_after_s=5.0, confirm_within=5,
+                                                       clock=lambda: 0.0),
+                          table=NodeJobTable(), new_skew=lambda: ClockSkewEstimator(bound_s=120.0))
+    fetches = _fetches({**GOOD, "bad": DAY}, 400, stamped=True)
+    codec = Codec()
+
+    def skews(task: Task, part: list[dict[object, list[RawMessage]]]) -> list[str]:
+        found = []
+        for fetch in part:
+            for out in task.processor.process_fetch(fetch, task.clock):
+                if out.topic == TOPICS.name("anomalies"):
+                    found.append(codec.decode(out.value).evidence["state"])
+        return found
+
+    task = factory.build(0)
+    for tp in (("gpu", 0), ("logs", 0)):
+        task.clock.assign(tp)
+    assert skews(task, fetches[:200]) == ["skewed"]
+    blob = snapshot.dump(snapshot.Snapshot(task.processor.pipeline, dict(task.clock.parts),
+                                           list(task.processor.buffer), skew=task.processor.skew))
+    restored = factory.build(0, snapshot.load(blob))
+    assert restored.processor.skew is not None and abs((restored.processor.skew.offset("bad") or 0) - DAY) < 5
+    assert skews(restored, fetches[200:]) == []  # still skewed, already said
+    fresh = factory.build(0)  # what a restore without the estimates would do: say it again
+    for tp in (("gpu", 0), ("logs", 0)):
+        fresh.clock.assign(tp)
+    assert skews(fresh, fetches[200:]) == ["skewed"]
