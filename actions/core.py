@@ -21,7 +21,8 @@ console to show.
 
 Nothing on these topics is trusted by being there (`trusts`, called by the
 app for each record before it is handed over): an `ActionResult` counts
-only when the node it names signed it (`security.node_public_keys`), and
+only when the node it names signed it (`security.node_public_keys`) and that
+node is one its command addressed (act's journal knows each command's nodes), and
 where Kafka ACLs cannot restrict who writes incidents, only incidents the
 worker signed are acted on (`security.worker_public_keys`). Whatever fails
 is audited (`result_rejected`, `incident_rejected`) and otherwise ignored.
@@ -155,12 +156,24 @@ class ActCore:
     def _distrust(self, record: Record, value: bytes, headers: Sequence[tuple[str, bytes]] | None) -> str:
         """Why a result or incident must be ignored ("" if trusted)."""
         if isinstance(record, ActionResult):
-            return signed_by_node(self.node_keys, value, headers, record.node)
+            return signed_by_node(self.node_keys, value, headers, record.node) or self._not_a_target(record)
         if isinstance(record, Incident) and self.worker_keys:
             return self.worker_keys.check(value, headers)[1]
         if isinstance(record, OperatorCommand):
             return self._operator_problem(record, value, headers)
         return ""
+
+    def _not_a_target(self, result: ActionResult) -> str:
+        """Why a node's signed result is not an answer to a command that addressed it ("" if it is).
+
+        A node's good signature on another node's command must neither fail that node's step nor
+        move the ETTR account or the audit trail; the bus and the merge drop it too.
+        """
+        targets = self.runner.addressed(result.command_id)
+        if targets is not None and result.node in targets:
+            return ""
+        return (f"not a target: result from {result.node or '?'} for command {result.command_id} "
+                f"(addressed: {', '.join(sorted(targets or [])) or 'no command act sent'})")
 
     def _operator_problem(self, command: OperatorCommand, value: bytes,
                           headers: Sequence[tuple[str, bytes]] | None) -> str:

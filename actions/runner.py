@@ -28,7 +28,7 @@ from actions.executors.registry import Routes
 from actions.journal import Journal
 from actions.replay import ReplayPlan, locate
 from actions.safety import CircuitBreaker, Cooldown, needs_approval
-from actions.selfcheck.fanout import FanOut
+from actions.selfcheck.fanout import FanOut, machine_command_id
 from actions.settings import SelfCheckSettings
 from actions.standby import PoolExhausted, StandbyPool
 from actions.topology import Topology
@@ -313,7 +313,33 @@ class PlanRunner:
                     "incident": decision.incident_id, "step": idx, "nodes": silent,
                     "reason": f"{step.action} of {', '.join(silent)} ended {result.status} without a word that "
                               "they did nothing: they stay counted by the breaker and in cooldown for the window"})
+        if command.nodes:  # who may answer it, kept once the intent is gone (see `addressed`)
+            result = msgspec.structs.replace(result, details={**result.details, "addressed": list(command.nodes)})
         return self._journal_step(decision, idx, step, result)
+
+    def addressed(self, command_id: str) -> frozenset[str] | None:
+        """The nodes a command act sent was addressed to; None when act sent no such command.
+
+        Read from the journal (the intent while in flight, the settled step after), so a
+        restarted act still knows. A self-check's per-machine command addresses its machine.
+        """
+        parts = command_id.rsplit("-", 2)  # <decision>-<step>-<random>
+        if len(parts) != 3 or not parts[1].isdigit():
+            return None
+        decision_id, idx = parts[0], parts[1]
+        sent = self.journal.intent(decision_id, int(idx))
+        done = self.journal.step_result(decision_id, int(idx)) if sent is None else None
+        if sent is not None:
+            step_id, groups = sent.id, sent.params.get("groups") or []
+            nodes = [*sent.nodes, *(str(m) for g in groups for m in g)]
+        elif done is not None:
+            step_id, nodes = done.command_id, [str(n) for n in done.details.get("addressed") or []]
+            nodes += [str(m) for m in done.details.get("machines") or []]
+        else:
+            return None
+        if command_id == step_id:
+            return frozenset(nodes)
+        return frozenset(m for m in nodes if machine_command_id(step_id, m) == command_id) or None
 
     def _nodes_for(self, decision: Decision, step: PlannedAction, results: dict[int, ActionResult]) -> list[str] | None:
         ref = step.targets_from

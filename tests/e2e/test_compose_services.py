@@ -12,6 +12,7 @@ HEALTHCHECK script passes against it.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -45,6 +46,23 @@ def scrape(port: int, timeout_s: float = 120) -> str:
     raise AssertionError(f"nothing served metrics on {port}")
 
 
+def run_keys_one_shot(svc: dict[str, Any], root: Path) -> dict[str, Path]:
+    """Run the keys service's script as written (its volumes as directories under `root`, owner flags only
+    as root); returns volume name -> directory."""
+    mounts = {v.split(":")[0]: v.split(":")[1] for v in svc["volumes"]}
+    script = svc["command"][0]
+    for name, mount in mounts.items():
+        (root / name).mkdir(parents=True)
+        script = re.sub(re.escape(mount) + r"(?=/|\s|$)", str(root / name), script)
+    assert " /keys" not in script, script  # nothing may write outside the temporary volumes
+    if os.geteuid() != 0:
+        script = script.replace("-o 10001 -g 0 ", "")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run([*svc["entrypoint"], script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {name: root / name for name in mounts}
+
+
 def test_compose_services_run_and_serve_what_prometheus_scrapes(kafka: str, topic_prefix: str, tmp_path: Path) -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
@@ -53,6 +71,7 @@ def test_compose_services_run_and_serve_what_prometheus_scrapes(kafka: str, topi
     ports = {port: str(free_port()) for port in targets.values()}
     state = tmp_path / "var-lib-trainguard"
     state.mkdir()
+    mounts = run_keys_one_shot(compose["keys"], tmp_path / "volumes")
 
     def argv(service: str) -> list[str]:
         out = []
@@ -69,6 +88,10 @@ def test_compose_services_run_and_serve_what_prometheus_scrapes(kafka: str, topi
             for old, new in ports.items():
                 value = value.replace(f":{old}/", f":{new}/")
                 value = new if value == old else value
+            for volume in compose[service].get("volumes", []):  # the service's key volume, as compose mounts it
+                name, mount = volume.split(":")[:2]
+                if name in mounts:
+                    value = value.replace(mount, str(mounts[name]))
             e[key] = value
         e.update(TRAINGUARD_BROKER__BOOTSTRAP=kafka, TRAINGUARD_TOPICS__PREFIX=topic_prefix,
                  TRAINGUARD_TOPICS__PARTITIONS="2", TRAINGUARD_WORKER__APP_ID=f"w-{topic_prefix}",

@@ -234,6 +234,9 @@ def test_a_non_targets_signed_result_cannot_fail_another_nodes_eviction(
     assert "culprits" not in evict.details and "node-b" not in evict.message
     rejected = [a for a in audits(tap, "result_rejected") if a.detail.get("node") == "node-b"]
     assert rejected and "not a target" in rejected[0].detail["reason"]
+    # act's own edge drops it too: no action_result audit (nor ETTR localisation) from the non-target
+    assert not [a for a in audits(tap, "action_result") if a.actor == "node-b" and a.subject_id == stop.id]
+    assert evict.details["addressed"] == ["node-a"]
     restarts = [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "restart_from_checkpoint"]
     assert [r.nodes for r in restarts] == [["node-b"]]
 

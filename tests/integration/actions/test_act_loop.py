@@ -73,8 +73,8 @@ def test_burst_across_half_the_nodes_trips_the_breaker(topic_prefix: str, kafka:
 def test_act_trusts_only_signed_incidents_and_results(topic_prefix: str, kafka: str, tmp_path: Path,
                                                       keys: Any) -> None:
     """With the default settings (the keys `trainguard keys generate` makes), only the worker's signed
-    incidents are acted on; a result counts only when the node it names signed it. Everything else is
-    audited."""
+    incidents are acted on; a result counts only when the node it names signed it and its command (one act
+    sent) addressed that node. Everything else is audited."""
     keys.node("n1")
     topics = Topics(topic_prefix)
     ensure_topics(kafka, topics.all(), partitions=1, replication=1)
@@ -108,8 +108,12 @@ def test_act_trusts_only_signed_incidents_and_results(topic_prefix: str, kafka: 
     assert [d["incident_id"] for d in decided] == ["real"]
     audit = _read_all(kafka, topics.name("audit"), codec)
     rejected = {(a.event, a.subject_id) for a in audit if isinstance(a, AuditEntry) and a.event.endswith("_rejected")}
-    assert rejected == {("result_rejected", "c-x"), ("incident_rejected", "forged"),
+    # c-y is n1's good signature, but on a command act never sent: it addressed nobody, so it counts for nothing
+    assert rejected == {("result_rejected", "c-x"), ("result_rejected", "c-y"), ("incident_rejected", "forged"),
                         ("incident_rejected", "forged-2")}
+    reasons = {a.subject_id: a.detail["reason"] for a in audit if isinstance(a, AuditEntry)
+               and a.event == "result_rejected"}
+    assert reasons["c-y"].startswith("not a target") and not reasons["c-x"].startswith("not a target")
 
 
 def _read_all(kafka: str, topic: str, codec: Codec) -> list[Any]:

@@ -22,7 +22,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from actions.journal import Journal
 from schemas.codec import Codec
-from schemas.records import ActionResult, AuditEntry, Incident, JobTopology, OperatorCommand, Record
+from schemas.records import ActionCommand, ActionResult, AuditEntry, Incident, JobTopology, OperatorCommand, Record
 from schemas.signing import Signer, load_signer
 from schemas.topics import Topics, key_for
 from streams.admin import ensure_topics
@@ -78,15 +78,25 @@ def act_env(kafka: str, topic_prefix: str, tmp_path: Path, keys: Any) -> dict[st
 
 
 def test_reject_stale_reset_and_node_return(topic_prefix: str, kafka: str, tmp_path: Path, keys: Any) -> None:
-    keys.node(*(f"n{i}" for i in range(4)), "n7")
+    keys.node(*(f"n{i}" for i in range(4)), "n6", "n7")
     env = act_env(kafka, topic_prefix, tmp_path, keys)
     topics = Topics(topic_prefix)
     ensure_topics(kafka, topics.all(), partitions=2, replication=1)
+    n6 = load_signer(keys.root / "nodes" / "n6.key", key_id="n6")
     n7 = load_signer(keys.root / "nodes" / "n7.key", key_id="n7")
     now = time.time()
-    # n7's own agent reports a passing check (act reads results before it decides: a state topic)
-    send(kafka, topics, ActionResult(ts=now, command_id="sc-n7", action="self_check", status="ok", node="n7"),
+    # The self-check act sent n7 (journaled as act journals a command before sending it), and n7's own
+    # agent's passing answer to it (act reads results before it decides: a state topic).
+    check = ActionCommand(ts=now, id="dsc-0-" + "c" * 32, action="self_check", job="", nodes=["n7"])
+    (tmp_path / "act").mkdir()
+    sent = Journal(tmp_path / "act" / "journal.sqlite")
+    sent.record_intent("dsc", 0, check)
+    sent.close()
+    send(kafka, topics, ActionResult(ts=now, command_id=check.id, action="self_check", status="ok", node="n7"),
          signer=n7)
+    # n6 vouches for itself with a command nobody sent it: its good signature counts for nothing
+    send(kafka, topics, ActionResult(ts=now, command_id="sc-n6", action="self_check", status="ok", node="n6"),
+         signer=n6)
     log = tmp_path / "decisions.jsonl"
     decision_id = held_decision(kafka, topics, env, log, keys)
 
@@ -112,6 +122,8 @@ def test_reject_stale_reset_and_node_return(topic_prefix: str, kafka: str, tmp_p
     assert by_command["op-2"].actor == "mallory" and by_command["op-2"].detail["applied"] is False
     assert by_command["op-3"].detail["applied"] is True
     assert by_command["op-0"].detail["applied"] is False and "no self-check" in by_command["op-0"].detail["message"]
+    stray = [a for a in audit if a.event == "result_rejected" and a.subject_id == "sc-n6"]
+    assert stray and stray[0].detail["reason"].startswith("not a target")
     newest = max((a for a in audit if a.event == "rails_state"), key=lambda a: a.ts)  # partitions interleave
     assert newest.detail["pool"]["spares"] == ["spare-0", "n7"]
 

@@ -11,6 +11,7 @@ metrics on it.
 from __future__ import annotations
 
 import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -59,12 +60,22 @@ def lab_image_name() -> str:
     return image_name().replace("/trainguard:", "/trainguard-lab:")
 
 
+def trainguard_argv(svc: dict[str, Any]) -> list[str]:
+    """What follows `trainguard`: the command itself, or (a shell one shot) its script's first trainguard call."""
+    if "entrypoint" not in svc:  # the image's ENTRYPOINT is `trainguard`
+        return list(svc["command"])
+    assert svc["entrypoint"][:2] == ["/bin/sh", "-ec"], "a shell one shot stops at the first failing command"
+    first = shlex.split(svc["command"][0].split("&&")[0])
+    assert first[0] == "trainguard"
+    return first[1:]
+
+
 @pytest.mark.parametrize("service", sorted(trainguard_services()))
 def test_every_trainguard_command_parses_with_the_cli(service: str) -> None:
     svc = trainguard_services()[service]
-    # The image's ENTRYPOINT is `trainguard`, so `command` is what follows it.
-    args = build_parser().parse_args(svc["command"])
-    assert args.command == svc["command"][0]
+    argv = trainguard_argv(svc)
+    args = build_parser().parse_args(argv)
+    assert args.command == argv[0]
     # A command that needs lab (its handler is wrapped by `needs_lab`) cannot run in the runtime image.
     if hasattr(args.handler, "__wrapped__"):
         assert (svc["image"], svc["build"]["dockerfile"]) == (lab_image_name(), "deploy/Dockerfile.lab"), service
@@ -96,7 +107,7 @@ def test_a_command_repeating_the_entrypoint_is_caught() -> None:
 
 def serves_metrics_on(svc: dict[str, Any]) -> set[str]:
     ports = {str(svc.get("environment", {}).get("TRAINGUARD_METRICS__PORT", ""))}
-    cmd = svc.get("command", [])
+    cmd = [] if "entrypoint" in svc else svc.get("command", [])
     ports |= {cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a == "--metrics-port"}
     return ports - {"", "0"}
 

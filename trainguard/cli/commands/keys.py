@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      "the console signed)")
     gen.add_argument("--console-id", default="console",
                      help="key id of the console's key (a new id per rotation; default: console)")
+    gen.add_argument("--keep-existing", action="store_true",
+                     help="keep a key pair that already exists (both files) instead of refusing; a half pair "
+                     "is still refused. Makes a one-shot (docker compose's keys service) safe to run again")
     gen.set_defaults(handler=run)
     acls = keys.add_parser("acls", help="print the recommended Kafka ACLs as kafka-acls.sh commands",
                            description="One principal per role (collector, agent, worker, act, console), each "
@@ -45,17 +48,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from schemas.signing import generate
 
     out = args.dir
-    made: list[Path] = []
-    if not args.no_act:
-        made += generate(out, args.act_id)
-    if not args.no_worker:
-        made += generate(out, "worker")
-    if not args.no_console:
-        made += generate(out, args.console_id)
-    for node in args.node:
-        made += generate(out / "nodes", node)
-    for path in made:
-        print(f"wrote {path}")
+    wanted = [(out, args.act_id)] * (not args.no_act) + [(out, "worker")] * (not args.no_worker)
+    wanted += [(out, args.console_id)] * (not args.no_console) + [(out / "nodes", n) for n in args.node]
+    for directory, key_id in wanted:
+        if args.keep_existing and _pair_exists(directory, key_id):
+            print(f"kept {directory / (key_id + '.key')} (exists)")
+            continue
+        for path in generate(directory, key_id):
+            print(f"wrote {path}")
     print("\nsecurity:")
     if not args.no_act:
         print(f"  act_private_key: {out / (args.act_id + '.key')}   # act only")
@@ -71,6 +71,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"  console_public_keys: [{out / (args.console_id + '.pub')}]   # act: applies only signed "
               "operator commands")
     return 0
+
+
+def _pair_exists(directory: Path, key_id: str) -> bool:
+    """Both files of a pair exist; a lone half is left for `generate` to refuse (never completed or replaced)."""
+    return (directory / f"{key_id}.key").is_file() and (directory / f"{key_id}.pub").is_file()
 
 
 def print_acls(args: argparse.Namespace, settings: Settings) -> int:

@@ -60,3 +60,26 @@ def test_the_console_is_granted_every_topic_its_feed_reads_and_never_act_state()
     grants = [g for g in recommended("p.") if g.role == "console"]
     assert {g.name for g in grants if g.operation == "READ"} == {f"p.{t}" for t in READ}
     assert not [g for g in grants if "act-state" in g.name or g.name == "p.actions" and g.operation == "WRITE"]
+
+
+def test_keep_existing_keeps_every_pair_and_a_second_run_changes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The compose keys one-shot runs at every `up`: a second run must neither fail nor replace a key."""
+    args = ["keys", "generate", "--dir", str(tmp_path), "--node", "n1", "--keep-existing"]
+    assert main(args) == 0
+    before = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert "wrote" not in out and out.count("kept ") == 4
+    assert main(["keys", "generate", "--dir", str(tmp_path)]) == 2  # without the flag: refused, as before
+
+
+def test_keep_existing_refuses_a_half_pair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["keys", "generate", "--dir", str(tmp_path), "--no-console", "--no-worker"]) == 0
+    (tmp_path / "act.pub").unlink()  # a private key whose public half is gone: never silently re-made
+    key = (tmp_path / "act.key").read_bytes()
+    assert main(["keys", "generate", "--dir", str(tmp_path), "--no-console", "--no-worker", "--keep-existing"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "act.key: exists" in err[0] and (tmp_path / "act.key").read_bytes() == key
