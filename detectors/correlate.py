@@ -21,6 +21,8 @@ open: the hardware, network, NaN or hang incident already says why it stopped.
 A *transient* finding (`evidence.persistence == "transient"`: a fail-slow
 episode that recovered before it persisted, see `detectors.persistence`)
 is a counted node event, never an incident: nothing is evicted for it.
+Neither is a `clock_skew` finding (a host's clock is off, see
+`streams.worker.skew`): the host's operators fix its clock; its job is fine.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from schemas.records import Anomaly, Incident
 
 CAUSES = frozenset({"hw_fault", "network", "user_error", "nan", "sdc"})
 NODE_LOCAL = frozenset({"hw_fault"})
+NOTED = frozenset({"clock_skew"})  # findings that are reported and never opened as incidents
 CRASH_CAUSES = CAUSES | {"hang"}  # a hung job's ranks dying of their timeout: the hang is why it stopped
 
 
@@ -98,7 +101,7 @@ class IncidentCorrelator:
     def add(self, anomaly: Anomaly) -> list[Incident]:
         """Absorb one anomaly; return the incident it opens, if it opens one."""
         self.expire(anomaly.ts)
-        if anomaly.evidence.get("persistence") == TRANSIENT:
+        if anomaly.evidence.get("persistence") == TRANSIENT or anomaly.kind in NOTED:
             return []  # noted and counted by its detector; a blip that recovered is no fault to act on
         key = (_scope(anomaly), anomaly.kind)
         current = self._open.get(key)

@@ -36,6 +36,7 @@ else:
 AnomalyKind = Literal[
     "hw_fault", "network", "hang", "slowdown", "nan", "loss_spike", "sdc", "user_error",
     "unknown", "transient",  # no detector emits these yet; the action engine retries once, then escalates
+    "clock_skew",  # a host's clock off by more than the bound (streams.worker.skew): noted, never an incident
 ]
 ANOMALY_KINDS: tuple[str, ...] = (
     "hw_fault",

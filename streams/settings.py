@@ -34,6 +34,9 @@ class WorkerSettings(BaseModel):
                                                        "aside from the watermark")
     confirm_within: int = Field(20, ge=1, description="later in-time records of a partition after which a held "
                                                      "future-dated record is dead-lettered")
+    clock_skew_bound_s: float = Field(120.0, gt=0, description="a host whose clock is off by more than this against "
+                                                               "the message timestamps and the other hosts gets "
+                                                               "a clock_skew finding (flagged, never corrected)")
     exactly_once: bool = Field(True, description="outputs, detector snapshots and input offsets in one Kafka "
                                                  "transaction; off: at-least-once, no snapshots")
     commit_interval_s: float = Field(1.0, gt=0, description="how often outputs, a detector-state snapshot and input "

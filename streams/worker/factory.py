@@ -22,6 +22,7 @@ from schemas.topics import Topics
 from streams.settings import WorkerConfig
 from streams.worker.batch_loop import BatchLoop
 from streams.worker.metrics import StateCensus, WorkerMetrics
+from streams.worker.skew import ClockSkewEstimator
 from streams.worker.tasks import NodeJobTable, TaskFactory
 from streams.worker.watermark import EventClock
 
@@ -54,7 +55,8 @@ def create_worker_app(settings: WorkerConfig) -> faust.App:
                           new_pipeline=lambda: DetectionPipeline.from_settings(settings.detectors),
                           new_clock=lambda: EventClock(max_ahead_s=w.max_ahead_s, idle_after_s=w.idle_after_s,
                                                        confirm_within=w.confirm_within),
-                          table=NodeJobTable(), signer=signer)
+                          table=NodeJobTable(), signer=signer,
+                          new_skew=lambda: ClockSkewEstimator(bound_s=w.clock_skew_bound_s))
     loop = BatchLoop(broker=settings.broker, topics=topics, factory=factory, group_id=f"{w.app_id}.detect",
                      max_records=w.fetch_max_records, poll_timeout_s=w.batch_within_s,
                      lag_interval_s=settings.metrics.lag_interval_s, commit_interval_s=w.commit_interval_s,

@@ -32,6 +32,7 @@ from schemas.codec import Codec, DecodeError
 from schemas.records import Anomaly, DeadLetter, Incident, Record
 from schemas.signing import Signer
 from schemas.topics import INTERNAL_RECORDS, NODE_TOPICS, TOPIC_RECORDS, Topics, key_for, tag_of
+from streams.worker.skew import ClockSkewEstimator, skew_anomaly
 from streams.worker.watermark import EventClock
 
 _ALLOWED = {**TOPIC_RECORDS, **INTERNAL_RECORDS}
@@ -122,8 +123,9 @@ class MessageProcessor:
 
     def __init__(self, pipeline: DetectionPipeline, topics: Topics, codec: Codec | None = None, *,
                  stats: ProcessorStats | None = None, routing: Routing | None = None,
-                 signer: Signer | None = None) -> None:
+                 signer: Signer | None = None, skew: ClockSkewEstimator | None = None) -> None:
         self.pipeline = pipeline
+        self.skew = skew  # each host's clock offset against the message timestamps; None: not estimated
         self.signer = signer  # signs incidents where Kafka ACLs cannot keep others from writing them
         self.topics = topics
         self.codec = codec or Codec()
@@ -184,6 +186,8 @@ class MessageProcessor:
                 if logical == "node-events" and not record.job:  # type: ignore[attr-defined]
                     record = msgspec.structs.replace(record, job=(message.key or b"").decode())  # type: ignore[call-arg]
                 ts = record.ts
+                if self.skew is not None and message.timestamp > 0:
+                    self._judge_clock(record, ts, message.timestamp / 1000.0, out)
                 verdict = admit(tp, ts, message.timestamp / 1000.0, message, getattr(record, "node", None) or None)
                 if verdict is None:
                     self._seq += 1
@@ -199,6 +203,20 @@ class MessageProcessor:
         if pipeline.nodes.changes:
             out.extend(OutMessage(self._node_jobs, node.encode(), job.encode()) for node, job in pipeline.nodes.drain())
         return out
+
+    def _judge_clock(self, record: Record, ts: float, message_ts: float, out: list[OutMessage]) -> None:
+        """Feed the host's clock estimate; a `clock_skew` anomaly when its verdict changes.
+
+        Judged before the event clock, so a host a day ahead is seen even
+        though its records are held and dead-lettered. The finding goes
+        straight out: it is about a host's clock, not a fault the pipeline's
+        correlator could turn into an incident.
+        """
+        assert self.skew is not None
+        node = getattr(record, "node", "")
+        finding = self.skew.observe(node, ts, message_ts) if node else None
+        if finding is not None:
+            out.extend(self._outputs([skew_anomaly(finding, getattr(record, "job", ""))], []))
 
     def _release(self, limit: float) -> list[OutMessage]:
         """Process the buffered records up to the watermark, in event-time order, then advance to it.

@@ -2,8 +2,9 @@
 
 A snapshot is everything the worker knows that is not in Kafka's offsets:
 the detection pipeline (detectors, correlator with its open incidents,
-node->job index) and the event clock's per-partition watermarks and held
-records. It is pickled (detectors keep plain, picklable state, see
+node->job index), the event clock's per-partition watermarks and held
+records, and the hosts' clock estimates (older snapshots without them
+restore with none). It is pickled (detectors keep plain, picklable state, see
 detectors.base), compressed, and written under the worker's key to the
 compacted `worker-state` topic *inside the same transaction* as the outputs
 and input offsets it belongs to, so after a crash the restored state and
@@ -34,6 +35,7 @@ import msgspec
 
 from detectors.pipeline import DetectionPipeline
 from schemas.codec import AnyRecord
+from streams.worker.skew import ClockSkewEstimator
 from streams.worker.watermark import PartitionTime
 
 FORMAT = 3
@@ -47,6 +49,7 @@ class Snapshot:
     parts: dict[Hashable, PartitionTime[Any]]
     buffer: list[tuple[float, int, Any]]  # accepted records waiting for the watermark
     format: int = FORMAT
+    skew: ClockSkewEstimator | None = None  # the hosts' clock estimates (a restore re-reports no verdict)
 
 
 _BUFFER = msgspec.msgpack.Encoder()
@@ -59,7 +62,8 @@ def dump(snapshot: Snapshot) -> bytes:
     The buffered records (thousands while a backlog is read) go as one
     msgpack blob: pickling records one by one cost 30x more.
     """
-    packed = Snapshot(snapshot.pipeline, snapshot.parts, _BUFFER.encode(snapshot.buffer))  # type: ignore[arg-type]
+    packed = Snapshot(snapshot.pipeline, snapshot.parts, _BUFFER.encode(snapshot.buffer),  # type: ignore[arg-type]
+                      skew=snapshot.skew)
     return zlib.compress(pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL), 1)
 
 

@@ -29,6 +29,7 @@ from schemas.signing import Signer
 from schemas.topics import Topics
 from streams import kafka_io
 from streams.worker.processor import MessageProcessor, ProcessorStats, Routing
+from streams.worker.skew import ClockSkewEstimator
 from streams.worker.snapshot import Snapshot, assemble, owner_of
 from streams.worker.snapshot import load as load_snapshot
 from streams.worker.watermark import EventClock
@@ -73,6 +74,7 @@ class TaskFactory:
     table: NodeJobTable
     stats: ProcessorStats = field(default_factory=ProcessorStats)
     signer: Signer | None = None  # signs incidents where Kafka ACLs cannot keep others from writing them
+    new_skew: Callable[[], ClockSkewEstimator | None] = lambda: None  # each task's host clock estimates
 
     def build(self, number: int, snapshot: Snapshot | None = None) -> Task:
         routing = Routing(task=number, job_of=self.table.job_of,
@@ -81,11 +83,21 @@ class TaskFactory:
         clock = self.new_clock()
         for tp, part in (snapshot.parts if snapshot is not None else {}).items():
             clock.assign(tp, part)
-        processor = MessageProcessor(pipeline, self.topics, stats=self.stats, routing=routing, signer=self.signer)
+        processor = MessageProcessor(pipeline, self.topics, stats=self.stats, routing=routing, signer=self.signer,
+                                     skew=self._skew(snapshot))
         if snapshot is not None:
             processor.buffer = list(snapshot.buffer)
             processor._seq = max((seq for _, seq, _ in snapshot.buffer), default=0)  # noqa: SLF001
         return Task(number, processor, clock)
+
+    def _skew(self, snapshot: Snapshot | None) -> ClockSkewEstimator | None:
+        """A fresh estimator, or the snapshot's (its verdicts were committed with it) under today's bound."""
+        fresh = self.new_skew()
+        restored = snapshot.skew if snapshot is not None else None
+        if fresh is None or restored is None:
+            return fresh
+        restored.bound_s = fresh.bound_s
+        return restored
 
 
 async def read_snapshots(broker: BrokerSettings, topics: Topics, keys: Iterable[bytes]) -> dict[bytes, Snapshot]:

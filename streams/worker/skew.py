@@ -1,0 +1,168 @@
+"""Each host's clock offset, estimated online from its records; a `clock_skew` finding past the bound.
+
+A record carries two times: `ts`, stamped by the host that observed it, and
+the Kafka message's timestamp, stamped by the broker (LogAppendTime) or by
+the producer that sent it (CreateTime). Their difference is the host's
+clock offset plus the delivery delay. One difference says little (a spooled
+record is minutes late, a network hiccup seconds), so each host keeps a
+short window of them and its estimate is the window's median.
+
+The estimate that counts is *relative*: the host's median minus the median
+over all hosts of this task. A broker whose own clock is off, a replay that
+sends an old recording now, or a spool that flushes every host's records
+late moves every host alike and cancels; one host whose clock is a day
+ahead or an hour behind stands out. With fewer than `min_hosts` hosts no
+one can tell which clock is wrong, so the estimator says nothing.
+
+It only flags, never corrects: a record's time is what the host said, and
+silently shifting it would hide a bad host from the people who must fix
+its clock (the event clock already keeps such a host from steering time,
+see `streams.worker.watermark`). A host is flagged after `confirm`
+consecutive estimates past the bound, once; it is reported again only when
+it recovers or its offset changes by more than the bound, so a bad host
+yields a handful of findings, never a flood.
+
+Pure: no wall clock, no I/O; the times come from the records.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+from detectors.base import anomaly_id
+from schemas.records import Anomaly
+
+SkewState = Literal["skewed", "changed", "recovered"]
+
+
+@dataclass(frozen=True)
+class SkewFinding:
+    """One change of a host's clock verdict (the worker turns it into a `clock_skew` anomaly)."""
+
+    node: str
+    state: SkewState
+    offset_s: float  # the host's median (ts - message timestamp) minus the median over hosts
+    reference_s: float  # that median over hosts (the broker's or the network's share, cancelled)
+    onset: float  # message time at which the current verdict began
+    at: float  # message time of the record that settled it
+    hosts: int  # hosts compared
+
+
+@dataclass
+class _Host:
+    deltas: deque[float]
+    seen: int = 0
+    estimate: float | None = None
+    streak: int = 0  # consecutive estimates that disagree with the current verdict
+    streak_since: float = 0.0
+    flagged: bool = False
+    flagged_offset: float = 0.0
+
+
+@dataclass
+class ClockSkewEstimator:
+    """Rolling median of (record ts - message ts) per host, relative to the hosts' median; bounded."""
+
+    bound_s: float = 120.0
+    window: int = 31  # differences kept per host
+    every: int = 16  # a new estimate every this many records of a host (the median is not free)
+    confirm: int = 3  # consecutive estimates before a verdict changes
+    min_hosts: int = 3
+    max_hosts: int = 10_000  # least recently heard hosts are forgotten beyond this
+    _hosts: OrderedDict[str, _Host] = field(default_factory=OrderedDict)
+    _reference: float = 0.0
+    _stale: int = 0  # estimates made since the reference was recomputed
+
+    def observe(self, node: str, ts: float, message_ts: float) -> SkewFinding | None:
+        """Note one record of `node`; the finding when its verdict changes. `message_ts` <= 0: unknown."""
+        if not node or message_ts <= 0:
+            return None  # a recording without message times (the backtest): nothing to compare
+        hosts = self._hosts
+        host = hosts.get(node)
+        if host is None:
+            host = self._add(node)
+        else:
+            hosts.move_to_end(node)  # the least recently heard host is the one forgotten
+        host.deltas.append(ts - message_ts)
+        host.seen += 1
+        if host.seen % self.every:
+            return None  # the hot path: a lookup, a move and an append
+        host.estimate = statistics.median(host.deltas)
+        self._refresh_reference()
+        known = self._known()
+        if known < self.min_hosts:
+            return None
+        return self._judge(node, host, message_ts, known)
+
+    def offset(self, node: str) -> float | None:
+        """The host's current relative offset estimate (None before its first estimate)."""
+        host = self._hosts.get(node)
+        if host is None or host.estimate is None:
+            return None
+        return host.estimate - self._reference
+
+    def __len__(self) -> int:
+        return len(self._hosts)
+
+    def _known(self) -> int:
+        """Hosts with an estimate (counted exactly among few, approximated by all among many)."""
+        if len(self._hosts) >= 64:
+            return len(self._hosts)
+        return sum(1 for h in self._hosts.values() if h.estimate is not None)
+
+    def _add(self, node: str) -> _Host:
+        host = self._hosts[node] = _Host(deque(maxlen=self.window))
+        while len(self._hosts) > self.max_hosts:
+            self._hosts.popitem(last=False)
+        return host
+
+    def _refresh_reference(self) -> None:
+        """The median of the hosts' estimates; recomputed at once among few hosts, now and then among many."""
+        self._stale += 1
+        if len(self._hosts) >= 64 and self._stale < len(self._hosts) // 8:
+            return
+        self._stale = 0
+        estimates = [h.estimate for h in self._hosts.values() if h.estimate is not None]
+        if estimates:
+            self._reference = statistics.median(estimates)
+
+    def _judge(self, node: str, host: _Host, at: float, hosts: int) -> SkewFinding | None:
+        assert host.estimate is not None
+        offset = host.estimate - self._reference
+        past = abs(offset) > self.bound_s
+        if host.flagged:
+            moved = abs(offset - host.flagged_offset) > self.bound_s
+            disagrees = not past or moved
+        else:
+            disagrees = past
+        if not disagrees:
+            host.streak = 0
+            return None
+        if host.streak == 0:
+            host.streak_since = at
+        host.streak += 1
+        if host.streak < self.confirm:
+            return None
+        host.streak = 0
+        state: SkewState = "recovered" if host.flagged and not past else "changed" if host.flagged else "skewed"
+        host.flagged, host.flagged_offset = past, offset
+        return SkewFinding(node=node, state=state, offset_s=round(offset, 3), reference_s=round(self._reference, 3),
+                           onset=host.streak_since, at=at, hosts=hosts)
+
+
+def skew_anomaly(finding: SkewFinding, job: str = "") -> Anomaly:
+    """The `clock_skew` anomaly of a finding: node-local, the offset in its evidence, never an incident.
+
+    Its id is fixed by the node, the verdict and its onset (message time), so
+    a redelivered fetch names the same finding.
+    """
+    return Anomaly(
+        ts=finding.at, id=anomaly_id("clock_skew", finding.node, finding.state, f"{finding.onset:.3f}"),
+        kind="clock_skew", detector="clock_skew", onset=finding.onset, job=job, nodes=[finding.node],
+        score=0.0 if finding.state == "recovered" else 1.0,
+        evidence={"state": finding.state, "offset_s": finding.offset_s, "reference_s": finding.reference_s,
+                  "hosts": finding.hosts},
+    )

@@ -1,0 +1,198 @@
+"""Each host's clock offset estimated online (issue 21 item 2): a `clock_skew` finding past the bound.
+
+The estimator compares each record's `ts` with its message timestamp, per
+host, relative to the median over the hosts; these tests feed it hosts a
+day ahead, an hour behind, jittery delivery, a recovery and a flood of
+hosts, then drive the real `MessageProcessor` with messages carrying
+broker timestamps.
+"""
+
+from __future__ import annotations
+
+import random
+
+from detectors.correlate import IncidentCorrelator
+from detectors.pipeline import DetectionPipeline
+from schemas import Codec
+from schemas.records import Anomaly, Heartbeat, LogEvent
+from schemas.topics import Topics
+from streams.worker import snapshot
+from streams.worker.processor import MessageProcessor, RawMessage
+from streams.worker.skew import ClockSkewEstimator, SkewFinding, skew_anomaly
+from streams.worker.tasks import NodeJobTable, Task, TaskFactory
+from streams.worker.watermark import EventClock
+
+DAY, HOUR = 86400.0, 3600.0
+T0 = 1.7e9
+
+
+def _feed(est: ClockSkewEstimator, skews: dict[str, float], seconds: int, *, start: float = T0,
+          delay: float = 0.5, rng: random.Random | None = None) -> list[SkewFinding]:
+    """One record per host per second; its message stamped `delay` (or a random delay) after the true time."""
+    found = []
+    for s in range(seconds):
+        t = start + s
+        for node, skew in skews.items():
+            d = rng.uniform(0.0, 20.0) if rng else delay
+            finding = est.observe(node, t + skew, t + d)
+            if finding is not None:
+                found.append(finding)
+    return found
+
+
+GOOD = {"a": 0.0, "b": 0.2, "c": -0.3, "d": 1.0}
+
+
+def test_a_host_a_day_ahead_is_flagged_once_with_its_offset() -> None:
+    found = _feed(ClockSkewEstimator(bound_s=120.0), {**GOOD, "bad": DAY}, 600)
+    assert [(f.node, f.state) for f in found] == [("bad", "skewed")]
+    assert abs(found[0].offset_s - DAY) < 5.0 and found[0].hosts == 5
+
+
+def test_a_host_an_hour_behind_is_flagged_with_a_negative_offset() -> None:
+    found = _feed(ClockSkewEstimator(bound_s=120.0), {**GOOD, "late": -HOUR}, 600)
+    assert [(f.node, f.state) for f in found] == [("late", "skewed")]
+    assert abs(found[0].offset_s + HOUR) < 5.0
+
+
+def test_jittery_delivery_and_a_late_flush_flag_no_host() -> None:
+    est = ClockSkewEstimator(bound_s=120.0)
+    rng = random.Random(7)
+    assert _feed(est, {**GOOD, "e": 30.0}, 300, rng=rng) == []  # 0-20 s of network delay, a host 30 s off
+    # a spool flushes five minutes of one host's records at once: a few very late messages, the median holds
+    for i in range(5):
+        assert est.observe("a", T0 + 300 + i, T0 + 900 + i) is None
+    assert _feed(est, GOOD, 300, start=T0 + 900, rng=rng) == []
+    assert abs(est.offset("e") or 0.0) < 60.0
+
+
+def test_a_misclocked_broker_or_a_replay_moves_every_host_alike_and_flags_none() -> None:
+    """Message timestamps a day late for every host (an old recording replayed now): the reference cancels it."""
+    assert _feed(ClockSkewEstimator(bound_s=120.0), GOOD, 600, delay=DAY) == []
+
+
+def test_a_host_that_recovers_is_reported_once_more_and_a_big_change_once() -> None:
+    est = ClockSkewEstimator(bound_s=120.0)
+    found = _feed(est, {**GOOD, "x": -HOUR}, 300)
+    found += _feed(est, {**GOOD, "x": -3 * HOUR}, 300, start=T0 + 300)  # worse by two hours: changed
+    found += _feed(est, {**GOOD, "x": 0.0}, 300, start=T0 + 600)  # NTP fixed it
+    found += _feed(est, {**GOOD, "x": 0.0}, 300, start=T0 + 900)  # healthy: nothing more
+    assert [(f.node, f.state) for f in found] == [("x", "skewed"), ("x", "changed"), ("x", "recovered")]
+    assert abs(found[1].offset_s + 3 * HOUR) < 5.0 and abs(found[2].offset_s) < 5.0
+    assert T0 + 600 <= found[2].onset <= found[2].at < T0 + 700
+
+
+def test_one_or_two_hosts_cannot_tell_whose_clock_is_wrong_so_nothing_is_said() -> None:
+    assert _feed(ClockSkewEstimator(bound_s=120.0), {"a": 0.0, "bad": DAY}, 600) == []
+
+
+def test_records_without_message_timestamps_are_not_judged() -> None:
+    est = ClockSkewEstimator(bound_s=120.0)
+    for s in range(200):
+        for node, skew in {**GOOD, "bad": DAY}.items():
+            assert est.observe(node, T0 + s + skew, 0.0) is None
+    assert len(est) == 0
+
+
+def test_many_hosts_stay_within_the_bound_on_hosts_and_a_bad_one_is_still_found() -> None:
+    """5,000 hosts that come and go (four times the bound) beside a steady few: memory stays bounded."""
+    est = ClockSkewEstimator(bound_s=120.0, max_hosts=500)
+    steady, found = {**GOOD, "bad": DAY}, []
+    for s in range(100):
+        t = T0 + s
+        for node, skew in steady.items():
+            found.append(est.observe(node, t + skew, t))
+        for h in range(50 * s, 50 * s + 50):  # fifty new hosts a second, each heard a few times, then gone
+            found.extend(est.observe(f"n{h}", t + h % 7, t) for _ in range(20))
+        assert len(est) <= 500
+    assert len(est) == 500
+    assert [(f.node, f.state) for f in found if f is not None] == [("bad", "skewed")]
+
+
+def test_the_anomaly_names_the_node_carries_the_offset_and_never_opens_an_incident() -> None:
+    finding = SkewFinding(node="bad", state="skewed", offset_s=DAY, reference_s=0.5, onset=T0, at=T0 + 12, hosts=5)
+    anomaly = skew_anomaly(finding, "j")
+    assert (anomaly.kind, anomaly.nodes, anomaly.job, anomaly.evidence["offset_s"]) == ("clock_skew", ["bad"], "j", DAY)
+    assert anomaly.id == skew_anomaly(finding, "j").id  # the same finding redelivered has the same id
+    assert IncidentCorrelator().add(anomaly) == []
+    assert IncidentCorrelator().add(Anomaly(ts=1.0, id="h", kind="hang", detector="hang", onset=1.0, job="j"))
+
+
+# ------------------------------------------------------------------ through the processor
+
+TOPICS = Topics("p.")
+
+
+def _fetches(skews: dict[str, float], seconds: int, stamped: bool) -> list[dict[object, list[RawMessage]]]:
+    """Heartbeats and log lines of each host, one fetch a second, messages stamped with the true time (ms)."""
+    codec, offsets, out = Codec(), {"gpu": 0, "logs": 0}, []
+    for s in range(seconds):
+        t = T0 + s
+        fetch: dict[object, list[RawMessage]] = {("gpu", 0): [], ("logs", 0): []}
+        for rank, (node, skew) in enumerate(skews.items()):
+            part = "gpu" if s % 2 else "logs"
+            record = (Heartbeat(ts=t + skew, job="j", rank=rank, node=node, step=s) if part == "gpu" else
+                      LogEvent(ts=t + skew, node=node, level="INFO", source="x", message="ok", job="j"))
+            fetch[(part, 0)].append(RawMessage(TOPICS.name(part), codec.encode(record), b"j", 0, offsets[part],
+                                               int((t + 0.2) * 1000) if stamped else 0))
+            offsets[part] += 1
+        out.append(fetch)
+    return out
+
+
+def _run(skews: dict[str, float], seconds: int, *, stamped: bool = True) -> list[Anomaly]:
+    processor = MessageProcessor(DetectionPipeline([]), TOPICS, skew=ClockSkewEstimator(bound_s=120.0))
+    clock: EventClock[object] = EventClock(max_ahead_s=30.0, idle_after_s=5.0, confirm_within=5, clock=lambda: 0.0)
+    clock.assign(("gpu", 0))
+    clock.assign(("logs", 0))
+    codec, anomalies = Codec(), []
+    for fetch in _fetches(skews, seconds, stamped):
+        for out in processor.process_fetch(fetch, clock):
+            if out.topic == TOPICS.name("anomalies"):
+                anomalies.append(codec.decode(out.value))
+            assert out.topic != TOPICS.name("incidents")
+    return anomalies
+
+
+def test_the_worker_emits_one_clock_skew_finding_for_a_host_a_day_ahead() -> None:
+    found = _run({**GOOD, "bad": DAY}, 300)
+    assert [(a.kind, a.nodes, a.evidence["state"]) for a in found] == [("clock_skew", ["bad"], "skewed")]
+    assert abs(found[0].evidence["offset_s"] - DAY) < 5.0 and found[0].job == "j"
+    assert found[0].ts < T0 + 300  # dated by message time, not by the host's clock
+
+
+def test_the_worker_says_nothing_of_a_healthy_fleet_or_without_broker_timestamps() -> None:
+    assert _run({**GOOD, "e": 20.0}, 300) == []
+    assert _run({**GOOD, "bad": DAY}, 300, stamped=False) == []
+
+
+def test_a_restored_task_keeps_its_verdicts_and_reports_no_host_twice() -> None:
+    """The estimates travel in the task's snapshot (committed with the finding): a restore re-reports nothing."""
+    factory = TaskFactory(topics=TOPICS, partitions=1, new_pipeline=lambda: DetectionPipeline([]),
+                          new_clock=lambda: EventClock(max_ahead_s=30.0, idle_after_s=5.0, confirm_within=5,
+                                                       clock=lambda: 0.0),
+                          table=NodeJobTable(), new_skew=lambda: ClockSkewEstimator(bound_s=120.0))
+    fetches = _fetches({**GOOD, "bad": DAY}, 400, stamped=True)
+    codec = Codec()
+
+    def skews(task: Task, part: list[dict[object, list[RawMessage]]]) -> list[str]:
+        found = []
+        for fetch in part:
+            for out in task.processor.process_fetch(fetch, task.clock):
+                if out.topic == TOPICS.name("anomalies"):
+                    found.append(codec.decode(out.value).evidence["state"])
+        return found
+
+    task = factory.build(0)
+    for tp in (("gpu", 0), ("logs", 0)):
+        task.clock.assign(tp)
+    assert skews(task, fetches[:200]) == ["skewed"]
+    blob = snapshot.dump(snapshot.Snapshot(task.processor.pipeline, dict(task.clock.parts),
+                                           list(task.processor.buffer), skew=task.processor.skew))
+    restored = factory.build(0, snapshot.load(blob))
+    assert restored.processor.skew is not None and abs((restored.processor.skew.offset("bad") or 0) - DAY) < 5
+    assert skews(restored, fetches[200:]) == []  # still skewed, already said
+    fresh = factory.build(0)  # what a restore without the estimates would do: say it again
+    for tp in (("gpu", 0), ("logs", 0)):
+        fresh.clock.assign(tp)
+    assert skews(fresh, fetches[200:]) == ["skewed"]
