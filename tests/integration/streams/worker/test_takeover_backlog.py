@@ -14,8 +14,17 @@ once, at its last step. The hang detector runs alone with a 10 s floor so
 the test takes about a minute.
 
 Both workers run on one host, so the dead process's monotonic readings are
-still meaningful here; the unit test tests/unit/streams/worker/test_takeover.py
-covers every order of first fetches and a new host's clock ahead or behind.
+still meaningful here, and one broker answers all of a task's partitions in
+one fetch response, so no partition is fetched after another has moved the
+time. This test therefore also passes with the restore fix disabled (checked:
+watermark.py without PartitionTime.__getstate__/__setstate__ and the reset in
+EventClock.assign, 2 runs; also with the job's training records starting only
+while the owner was dead, so the restored partition had never had a record).
+It is the real-broker regression test of the acceptance criterion (no false
+incident, the real hang found once, the survivor alive); the clock-level
+difference is shown by tests/unit/streams/worker/test_takeover.py (every order
+of first fetches, a new host's clock ahead or behind), which fails on the old
+watermark.py.
 """
 
 from __future__ import annotations
