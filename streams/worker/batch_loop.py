@@ -55,6 +55,16 @@ CENSUS_BUDGET = 0.01  # share of the loop's time that counting detector state fo
 Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
 
 
+class ProducerFatal(RuntimeError):
+    """The transactional producer is fenced (a successor has our transactional id) or failed for good.
+
+    It can neither begin, commit nor abort again (aiokafka would raise an
+    invalid state transition), so the worker stops and its restart resumes
+    from the last commit. Raised by the loop as soon as it sees the state,
+    even when the fence was met in the rebalance listener or nothing is due.
+    """
+
+
 class BatchLoop:
     """Consume the input topics in batches, detect per task, publish, commit."""
 
@@ -151,6 +161,7 @@ class BatchLoop:
     async def _loop(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
         next_lag = next_commit = next_check = time.monotonic()
         while not self._stopping.is_set():
+            _check_alive(producer, self.exactly_once)
             fetched = await consumer.getmany(timeout_ms=int(self.poll_timeout_s * 1000), max_records=self.max_records)
             now = time.monotonic()
             async with self._lock:
@@ -250,6 +261,7 @@ class BatchLoop:
             await kafka_io.send_all(producer, outputs)
 
     async def _begin(self, producer: AIOKafkaProducer) -> None:
+        _check_alive(producer, self.exactly_once)
         if not producer._txn_manager.is_in_transaction():  # noqa: SLF001 - aiokafka has no public getter
             await producer.begin_transaction()
             self._txn_since = time.monotonic()
@@ -316,6 +328,13 @@ class BatchLoop:
             census.count(task.number, task.processor.pipeline.detectors)
         census.retain(self.tasks)
         self._next_census = now + max(self.lag_interval_s, (time.process_time() - started) / CENSUS_BUDGET)
+
+
+def _check_alive(producer: AIOKafkaProducer, exactly_once: bool) -> None:
+    """Raise ProducerFatal when the transactional producer is fenced or failed for good."""
+    if exactly_once and producer._txn_manager.is_fatal_error():  # noqa: SLF001 - aiokafka has no public getter
+        raise ProducerFatal("the transactional producer is fenced or failed; stopping: the restart resumes "
+                            "from the last commit")
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
