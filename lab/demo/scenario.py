@@ -72,7 +72,9 @@ class DemoScenario:
                     {"type": "user_error", "params": {"cooldown_s": 20.0}},
                     {"type": "hang", "params": {"floor_s": 8.0, "warmup_floor_s": 30.0, "alive_s": 10.0}},
                     {"type": "slowdown", "params": {"recent_s": 8.0, "min_baseline": 20, "localise_wait_s": 8.0,
-                                                    "accept_s": 3600.0}},
+                                                    # the demo's minutes stand for hours: its throttled GPU
+                                                    # persists 20 s, not the fleet default's 120 s
+                                                    "accept_s": 3600.0, "persist_s": 20.0}},
                 ],
                 "correlator": {"window_s": 15.0},
             },

@@ -89,6 +89,7 @@ def test_a_cpu_manager_reports_unpinned_slots_and_splits_its_blocking_time(tmp_p
             loss.backward()
             opt.step()
             assert mgr.step(step, loss=loss.item())
+            mgr.flush()  # each copy lands before the next step: a busy slot under load would skip it
         mgr.flush()
         assert not mgr.pinned
         stats = mgr.stats
