@@ -154,7 +154,8 @@ def replay(path: Path | str, *, broker: BrokerSettings | str, topics: Topics, sp
     replayed `speed` times faster than they happened. One in-flight request
     per connection keeps retries from reordering a key's messages. Without
     `on_error`, the whole file is validated first, so a bad line stops the
-    replay before anything is sent rather than halfway through.
+    replay before anything is sent rather than halfway through. Raises
+    `DeliveryError` when the broker did not acknowledge every record.
     """
     from streams import kafka_io
 
@@ -171,7 +172,9 @@ def replay(path: Path | str, *, broker: BrokerSettings | str, topics: Topics, sp
         else:
             raise err
 
-    producer = kafka_io.producer(kafka_io.as_broker(broker), max_in_flight_requests_per_connection=1, retries=5)
+    failures: list[BaseException] = []
+    # retries until delivery_timeout_ms (120 s): a topic created a moment ago may not have its leader yet
+    producer = kafka_io.producer(kafka_io.as_broker(broker), max_in_flight_requests_per_connection=1)
     try:
         first_ts: float | None = None
         wall0 = clock()
@@ -181,12 +184,23 @@ def replay(path: Path | str, *, broker: BrokerSettings | str, topics: Topics, sp
                 delay = wall0 + (event.ts - first_ts) / speed - clock()
                 if delay > 0:
                     sleep(delay)
-            producer.send(topics.name(event.topic), key=event.key.encode(), value=codec.encode(event.value))
+            future = producer.send(topics.name(event.topic), key=event.key.encode(), value=codec.encode(event.value))
+            future.add_errback(failures.append)
             stats.sent += 1
         producer.flush()
     finally:
         producer.close()
+    if failures:  # flush() returns even when sends failed: an unacknowledged record is not "sent"
+        raise DeliveryError(len(failures), stats.sent, failures[0])
     return stats
+
+
+class DeliveryError(RuntimeError):
+    """Some records of a replay were not acknowledged by the broker (after the producer's retries)."""
+
+    def __init__(self, failed: int, attempted: int, first: BaseException) -> None:
+        super().__init__(f"{failed} of {attempted} records were not acknowledged by the broker (first: {first!r})")
+        self.failed = failed
 
 
 @dataclass

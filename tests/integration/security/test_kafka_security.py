@@ -10,6 +10,7 @@ admin client, all built by `schemas.kafka_config.client_options`.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from schemas.codec import Codec
 from schemas.kafka_config import BrokerSettings, client_options
 from schemas.records import Heartbeat
 from schemas.topics import Topics
+from streams import kafka_io
 from streams.admin import ensure_topics
 
 pytestmark = pytest.mark.broker
@@ -136,8 +138,14 @@ def test_record_and_replay_over_sasl_ssl(secure_broker: SecureBroker, tmp_path: 
     with open(source, "wb") as f:
         writer = RecordingWriter(f)
         for i in range(3):
-            writer.write(Heartbeat(ts=1.0 + i, job="j", rank=i, node="n0"), key="j")
-    assert replay(source, broker=broker, topics=topics).sent == 3
+            writer.write(Heartbeat(ts=time.time() + i, job="j", rank=i, node="n0"), key="j")
+    assert replay(source, broker=broker, topics=topics).sent == 3  # raises DeliveryError unless acknowledged
+    consumer = kafka_io.consumer(broker)
+    try:  # the records are on the broker: if `record` misses them, the fault is on its side
+        parts = kafka_io.partitions_for(consumer, topics.name("training"))
+        assert sum(consumer.end_offsets(parts).values()) == 3
+    finally:
+        consumer.close()
     out = tmp_path / "out.jsonl"
     stats = record(out, broker=broker, topics=topics, logical=["training"], max_events=3, timeout_s=60)
     assert stats.written == 3

@@ -16,7 +16,7 @@ from lab.telemetry_sim import run_scenario
 from lab.telemetry_sim.scenario import parse_scenario
 from schemas.topics import Topics
 from streams.admin import ensure_topics
-from streams.recording import Event, read_recording, record, replay, write_recording
+from streams.recording import DeliveryError, Event, read_recording, record, replay, write_recording
 from trainguard.cli import main
 
 pytestmark = pytest.mark.broker
@@ -53,6 +53,19 @@ def test_replay_then_record_gives_back_every_event_in_per_key_order(kafka: str, 
     assert (got.written, got.rejected) == (len(original), 0)
     back = list(read_recording(tmp_path / "out.jsonl"))
     assert per_key(back) == per_key(original)
+
+
+def test_replay_fails_loudly_when_the_broker_refuses_records(kafka: str, topic_prefix: str, tmp_path: Path) -> None:
+    """A record the broker refuses is not counted as sent: the producer's flush() returns either way."""
+    original = small_recording(tmp_path / "in.jsonl")
+    topics = Topics(topic_prefix)
+    tiny = {topics.name("gpu"): {"max.message.bytes": "64"}}  # every GPU sample is larger: MESSAGE_TOO_LARGE
+    ensure_topics(kafka, topics.all(), partitions=1, replication=1, configs=tiny)
+    gpu = sum(1 for e in original if e.topic == "gpu")
+    assert gpu > 0
+    with pytest.raises(DeliveryError, match=rf"of {len(original)} records were not acknowledged") as err:
+        replay(tmp_path / "in.jsonl", broker=kafka, topics=topics, speed=None)
+    assert err.value.failed >= gpu  # an idempotent producer aborts what it still held after a fatal error
 
 
 def test_replay_paces_by_event_time(kafka: str, topic_prefix: str, tmp_path: Path) -> None:

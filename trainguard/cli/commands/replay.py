@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from schemas.topics import Topics
     from streams.admin import ensure_configured_topics, require_broker
-    from streams.recording import RecordingError, replay
+    from streams.recording import DeliveryError, RecordingError, replay
 
     if not args.recording.is_file():
         print(f"trainguard replay: recording {args.recording}: not found", file=sys.stderr)
@@ -54,6 +54,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     except RecordingError as exc:
         print(f"trainguard replay: {exc} (nothing was sent; --skip-bad skips such lines)", file=sys.stderr)
         return 1
+    except DeliveryError as exc:
+        print(f"trainguard replay: {exc}", file=sys.stderr)
+        return 2
     print(f"replayed {stats.sent} events from {args.recording}"
           + (f"; skipped {stats.skipped} bad lines" if stats.skipped else ""))
     return 0
