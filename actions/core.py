@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
@@ -48,6 +48,7 @@ from actions.engine import DecisionEngine
 from actions.ettr import EttrAccount
 from actions.knowledge import JobKnowledge
 from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command, record_selfcheck
+from actions.rollout import ROLLOUT_KINDS
 from actions.runner import PlanRunner
 from detectors.common import Bounded, bounded_evictions
 from schemas.actions import AGENT_TRANSLATION
@@ -85,6 +86,8 @@ class ActMetrics(Protocol):
 
     def evictions(self, counts: dict[str, int]) -> None: ...
 
+    def rollout(self, kinds: Mapping[str, str], rules: Mapping[str, str]) -> None: ...
+
 
 class NoMetrics:
     """The default `ActMetrics`: counts nothing (tests, tools, a core without an exporter)."""
@@ -102,6 +105,9 @@ class NoMetrics:
         """Show nothing."""
 
     def evictions(self, counts: dict[str, int]) -> None:
+        """Show nothing."""
+
+    def rollout(self, kinds: Mapping[str, str], rules: Mapping[str, str]) -> None:
         """Show nothing."""
 
 
@@ -240,7 +246,10 @@ class ActCore:
             decision = runner.journal.get(command.subject_id) if command.verb in ("approve", "reject") else None
             checks = runner.journal.get_state("selfchecks")
             out = apply_operator_command(command, rails=runner.journal.get_state("rails"), decision=decision,
-                                         now=runner.clock(), max_age_s=self.operator_max_age_s, checks=checks)
+                                         now=runner.clock(), max_age_s=self.operator_max_age_s, checks=checks,
+                                         rollout=runner.rails.rollout, overrides=runner.journal.get_state("rollout"))
+            if out.rollout is not None:  # durable: the journal is mirrored on act-state
+                runner.journal.put_state("rollout", out.rollout)
             if out.applied:
                 if command.verb == "return_node":  # the pass is used up: an evicted-again node needs a new one
                     runner.journal.put_state("selfchecks", {n: v for n, v in checks.items()
@@ -268,9 +277,11 @@ class ActCore:
             shown: dict[str, object] = {
                 "breaker": {"tripped": rails.breaker.tripped, "reason": rails.breaker.trip_reason},
                 "pool": rails.pool.snapshot(), "approval_kinds": list(rails.approval_kinds),
+                "rollout": rails.rollout.snapshot(),
                 "evicted": {j: sorted(ns) for j, ns in runner.evicted.items()}}
         if shown != self._rails_shown:
             self._rails_shown = shown
+            self.metrics.rollout(rails.rollout.modes_by_kind(list(ROLLOUT_KINDS)), rails.rollout.rules)
             self.publish(AuditEntry(ts=time.time(), event="rails_state", subject_id="rails",
                                     actor="trainguard-act", detail=shown))
 

@@ -16,6 +16,9 @@ Why each guard:
   receive time), which would otherwise stay fresh for ever;
 * approve and reject act only on a decision still awaiting approval, so a
   duplicate click or a redelivered command changes nothing;
+* a rollout change (set_rollout) names a known mode and a subject of the
+  form default, kind:<kind> or rule:<rule>; anything else is refused, so a
+  typo never leaves a kind in a mode nobody chose;
 * a node goes back to the standby pool only on a passing self-check that act
   itself holds (`checks`: a check act ran, or a result the node's own agent
   signed), never on a report carried in the command: whoever can write the
@@ -29,11 +32,13 @@ verifies the console's signature (`actions.core.ActCore.trusts`).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
+from actions.rollout import RolloutPolicy, apply_change, overridden
 from schemas.records import AuditEntry, Decision, OperatorCommand
 
 DEFAULT_MAX_AGE_S = 300.0
@@ -48,17 +53,20 @@ class OperatorOutcome:
     rails: dict[str, Any]
     decision: Decision | None
     audit: AuditEntry
+    rollout: dict[str, Any] | None = None  # set_rollout: the journaled operator overrides after it
 
 
 def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], decision: Decision | None,
                            now: float, max_age_s: float = DEFAULT_MAX_AGE_S,
-                           checks: dict[str, Any] | None = None) -> OperatorOutcome:
+                           checks: dict[str, Any] | None = None, rollout: RolloutPolicy | None = None,
+                           overrides: dict[str, Any] | None = None) -> OperatorOutcome:
     """The new rails state and decision after `command`; inputs are not modified.
 
     `rails` is the journal's `"rails"` blob (`breaker`, `pool`, `evicted` ...);
     `decision` is the journaled decision `command.subject_id` names, if any;
     `checks` is act's own latest self-check verdict per node
-    (`{node: {"passed": bool, ...}}`, see `record_selfcheck`).
+    (`{node: {"passed": bool, ...}}`, see `record_selfcheck`);
+    `rollout` is the policy in force and `overrides` the operators' journaled changes (set_rollout).
     """
     state = copy.deepcopy(rails)
     if now - command.ts > max_age_s:
@@ -69,12 +77,23 @@ def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], d
                         f"(max {max_age_s:g}s)", state, decision, now)
     if command.verb in ("approve", "reject"):
         return _decide(command, state, decision, now)
+    if command.verb == "set_rollout":
+        return _set_rollout(command, state, decision, now, rollout or RolloutPolicy(), overrides or {})
     if command.verb == "reset_breaker":
         breaker = state.get("breaker", {})
         was = f"was tripped: {breaker.get('reason', '')}" if breaker.get("tripped") else "was not tripped"
         state["breaker"] = {"tripped": False, "reason": "", "evictions": []}
         return _outcome(command, True, f"circuit breaker reset ({was})", state, decision, now)
     return _return_node(command, state, decision, now, checks or {})
+
+
+def _set_rollout(command: OperatorCommand, state: dict[str, Any], decision: Decision | None, now: float,
+                 policy: RolloutPolicy, overrides: dict[str, Any]) -> OperatorOutcome:
+    changed, message = apply_change(policy, command.subject_id, command.mode)
+    if changed is None:
+        return _outcome(command, False, message, state, decision, now)
+    out = _outcome(command, True, f"{message} by {command.operator}", state, decision, now)
+    return dataclasses.replace(out, rollout=overridden(overrides, command.subject_id, command.mode))
 
 
 def passing_selfcheck(report: dict[str, Any], node: str) -> bool:
@@ -128,6 +147,8 @@ def _outcome(command: OperatorCommand, applied: bool, message: str, state: dict[
              decision: Decision | None, now: float) -> OperatorOutcome:
     detail: dict[str, Any] = {"command": command.id, "verb": command.verb, "applied": applied, "message": message,
                               "reason": command.reason}
+    if command.verb == "set_rollout":
+        detail["mode"] = command.mode
     if decision is not None:
         detail["job"] = decision.job
         detail["incident"] = decision.incident_id

@@ -27,7 +27,8 @@ from actions.executors.base import Clock, Executor
 from actions.executors.registry import Routes
 from actions.journal import Journal
 from actions.replay import ReplayPlan, locate
-from actions.safety import CircuitBreaker, Cooldown, needs_approval
+from actions.rollout import RolloutPolicy, would_block
+from actions.safety import CircuitBreaker, Cooldown
 from actions.selfcheck.fanout import FanOut, machine_command_id
 from actions.settings import SelfCheckSettings
 from actions.standby import PoolExhausted, StandbyPool
@@ -59,6 +60,10 @@ class Rails:
     cooldown: Cooldown
     pool: StandbyPool
     approval_kinds: list[str] = field(default_factory=list)
+    # The configured modes (operator changes are journaled and applied over them). A runner
+    # built without settings acts; `trainguard act` builds it from actions.rollout (observe).
+    rollout: RolloutPolicy = field(default_factory=RolloutPolicy.acting)
+    shadow: CircuitBreaker | None = None  # counts observed evictions; None: one like `breaker`
 
 
 class PlanRunner:
@@ -91,6 +96,11 @@ class PlanRunner:
         # a command goes out only once its intent, and the decision behind it, would survive
         # the loss of this machine.
         self.durable = durable or (lambda: None)
+        self.rollout_base = rails.rollout
+        b = rails.breaker
+        self.shadow = rails.shadow or CircuitBreaker(max_fraction=b.max_fraction, window_s=b.window_s,
+                                                     fleet_size=b.fleet_size, min_job_size=b.min_job_size,
+                                                     fleet_max_evictions=b.fleet_max_evictions)
         self._resets_seen = int(journal.get_state("operator").get("breaker_resets", 0))
         self._load_state()
 
@@ -98,16 +108,38 @@ class PlanRunner:
 
     @_locked
     def admit(self, decision: Decision, state: dict[str, dict[str, Any]] | None = None) -> Decision | None:
-        """Journal a new decision (approval/dry-run status set), with `state` atomically; None if a duplicate."""
-        if needs_approval(decision.kind, self.rails.approval_kinds) and not decision.dry_run:
-            decision = msgspec.structs.replace(decision, status="awaiting_approval")
+        """Journal a new decision in its rollout mode, with `state` atomically; None if a duplicate.
+
+        `observe`: status "observed", nothing will run, and `would_block` says whether the
+        rails would have refused its evictions; `approve`: held for an operator; `auto`: planned.
+        A dry run keeps its status (it runs nothing whatever the mode).
+        """
+        if self.journal.decision_for(decision.incident_id) is not None:
+            self._audit("duplicate_incident", decision.incident_id, {"decision": decision.id})
+            return None
+        decision = self._in_mode(decision)
+        if decision.status == "observed":  # its shadow reservation is journaled with it
+            state = {**(state or {}), "rails": self._state()}
         if not self.journal.record_decision(decision, state):
             self._audit("duplicate_incident", decision.incident_id, {"decision": decision.id})
             return None
         self._audit("decision", decision.id, {"incident": decision.incident_id, "rule": decision.rule,
                                               "reason": decision.reason, "status": decision.status,
+                                              "rollout": decision.rollout, "would_block": decision.would_block,
                                               "dry_run": decision.dry_run, "plan": [s.action for s in decision.plan]})
         return decision
+
+    def _in_mode(self, decision: Decision) -> Decision:
+        """`decision` with its rollout mode and the status that mode gives it (caller holds the lock)."""
+        mode = self.rails.rollout.mode_for(decision.kind, decision.rule, self.rails.approval_kinds)
+        decision = msgspec.structs.replace(decision, rollout=mode)
+        if decision.dry_run or decision.status != "planned" or mode == "auto":
+            return decision
+        if mode == "approve":
+            return msgspec.structs.replace(decision, status="awaiting_approval")
+        blocked = would_block(decision, real=self.rails.breaker, shadow=self.shadow, cooldown=self.rails.cooldown,
+                              job_size=self._job_size(decision.job), now=self.clock())
+        return msgspec.structs.replace(decision, status="observed", would_block=blocked)
 
     def run(self, decision: Decision) -> Decision:
         """Execute (or resume) a planned decision; return it with its final status.
@@ -418,6 +450,8 @@ class PlanRunner:
 
     def _load_state(self) -> None:
         state = self.journal.get_state("rails")
+        self.rails.rollout = RolloutPolicy.restore(self.journal.get_state("rollout"), self.rollout_base)
+        self.shadow.restore(state.get("shadow", {}))
         self.rails.breaker.restore(state.get("breaker", {}))
         self.rails.cooldown.restore(state.get("cooldown", {}))
         if "pool" in state:
@@ -433,7 +467,8 @@ class PlanRunner:
         self.journal.put_state("rails", self._state())
 
     def _state(self) -> dict[str, Any]:
-        return {"breaker": self.rails.breaker.snapshot(), "pool": self.rails.pool.snapshot(),
+        return {"breaker": self.rails.breaker.snapshot(), "shadow": self.shadow.snapshot(),
+                "pool": self.rails.pool.snapshot(),
                 "cooldown": self.rails.cooldown.snapshot(),
                 "evicted": {j: sorted(ns) for j, ns in self.evicted.items()}, "attempts": dict(self.attempts),
                 "replacements": {j: [list(p) for p in ps] for j, ps in self.replacements.items()}}

@@ -11,6 +11,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from actions.rollout import Mode, RolloutPolicy
+from schemas.records import ANOMALY_KINDS
+
 
 class KubernetesSettings(BaseModel):
     """How the Kubernetes executor reaches the API server."""
@@ -61,6 +64,35 @@ class SelfCheckSettings(BaseModel):
         return self
 
 
+class RolloutSettings(BaseModel):
+    """How far act may go on its own (actions.rollout): observe, approve or auto, per kind and per rule.
+
+    A new install observes everything: it decides and journals what it would have
+    done, and sends nothing, until an operator promotes a kind (here, or at run time
+    with a signed set_rollout command from the console).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    default: Mode = Field("observe", description="mode of every kind and rule not named below")
+    kinds: dict[str, Mode] = Field(default_factory=dict, description="mode per incident kind, e.g. "
+                                   "{hw_fault: auto, network: approve}")
+    rules: dict[str, Mode] = Field(default_factory=dict, description="mode per rule (beats its kind's), e.g. "
+                                   "{network.confirmed_evict: observe}")
+
+    @field_validator("kinds")
+    @classmethod
+    def _known_kinds(cls, kinds: dict[str, Mode]) -> dict[str, Mode]:
+        unknown = sorted(set(kinds) - set(ANOMALY_KINDS))
+        if unknown:  # a misspelt kind would silently stay in the default mode
+            raise ValueError(f"unknown incident kind(s) {', '.join(unknown)} (known: {', '.join(ANOMALY_KINDS)})")
+        return kinds
+
+    def policy(self) -> RolloutPolicy:
+        """The configured policy (operator changes are journaled and applied over it)."""
+        return RolloutPolicy(self.default, dict(self.kinds), dict(self.rules))
+
+
 class ActionSettings(BaseModel):
     """How incidents become actions."""
 
@@ -87,7 +119,9 @@ class ActionSettings(BaseModel):
     max_jobs: int = Field(4096, ge=1, description="jobs remembered (checkpoints, topology, attempts); "
                           "the least recently seen is forgotten, and counted")
     cooldown_s: float = Field(600.0, ge=0, description="min seconds between actions on one node")
-    approval_kinds: list[str] = Field(default_factory=list, description="incident kinds that wait for approval")
+    approval_kinds: list[str] = Field(default_factory=list, description="incident kinds that wait for approval "
+                                      "(the older form of rollout mode approve; such a kind never goes past it)")
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings)
     standby_nodes: list[str] = Field(default_factory=list, description="pre-checked warm spare nodes")
     operator_max_age_s: float = Field(300.0, gt=0, description="console operator commands older than this are "
                                       "refused (a re-read topic must not re-apply old ones)")

@@ -416,7 +416,11 @@ class Decision(Record, tag="decision", frozen=True):
     inputs: dict[str, Any] = {}
     alternatives: list[str] = []
     dry_run: bool = False
-    status: Literal["planned", "awaiting_approval", "blocked", "executed", "failed"] = "planned"
+    status: Literal["planned", "awaiting_approval", "blocked", "executed", "failed", "observed"] = "planned"
+    # The rollout mode it was taken in (actions.rollout; "" before modes existed) and, for an
+    # observed one, why the rails would have refused its evictions ("" if they would have passed).
+    rollout: str = ""
+    would_block: str = ""
 
     def __post_init__(self) -> None:
         check_plan(self.plan)  # a step referring to a later (or missing) step is a malformed decision
@@ -463,7 +467,7 @@ class AuditEntry(Record, tag="audit", frozen=True):
     actor: str = ""
 
 
-OperatorVerb = Literal["approve", "reject", "reset_breaker", "return_node"]
+OperatorVerb = Literal["approve", "reject", "reset_breaker", "return_node", "set_rollout"]
 
 
 class OperatorCommand(Record, tag="operator_command", frozen=True):
@@ -487,6 +491,7 @@ class OperatorCommand(Record, tag="operator_command", frozen=True):
     reason: str = ""
     report: dict[str, Any] = {}
     expires: float = 0.0
+    mode: str = ""  # set_rollout: the new mode of subject_id ("default", "kind:<kind>" or "rule:<rule>")
 
 
 class DeadLetter(Record, tag="dead_letter", frozen=True):

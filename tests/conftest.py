@@ -42,6 +42,24 @@ def _answers(broker: LocalBroker) -> bool:
         return False
 
 
+ACT_ACTS = {"TRAINGUARD_ACTIONS__ROLLOUT__DEFAULT": "auto"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def act_acts() -> Iterator[None]:
+    """Every `trainguard act` a test starts (in-process or as a subprocess of os.environ) acts: rollout mode
+    `auto`, set explicitly, since a new install only observes. A test of `observe` or `approve` sets its own
+    TRAINGUARD_ACTIONS__ROLLOUT__* (or builds ActionSettings, which reads no environment)."""
+    saved = {k: os.environ.get(k) for k in ACT_ACTS}
+    os.environ.update(ACT_ACTS)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture
 def topic_prefix() -> str:
     """A topic prefix unique to this test."""

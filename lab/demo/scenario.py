@@ -79,6 +79,8 @@ class DemoScenario:
                 "correlator": {"window_s": 15.0},
             },
             "actions": {
+                # The demo shows act acting: every kind promoted (a new install only observes).
+                "rollout": {"default": "auto"},
                 "standby_nodes": list(self.standbys),
                 "breaker_max_fraction": 0.5,
                 "breaker_window_s": 20.0,

@@ -161,7 +161,7 @@ def _rails(cfg: ActionSettings) -> Rails:
                                 fleet_size=cfg.fleet_size, min_job_size=cfg.min_job_size,
                                 fleet_max_evictions=cfg.fleet_max_evictions),
                  Cooldown(cooldown_s=cfg.cooldown_s), StandbyPool(spares=list(cfg.standby_nodes)),
-                 approval_kinds=list(cfg.approval_kinds))
+                 approval_kinds=list(cfg.approval_kinds), rollout=cfg.rollout.policy())
 
 
 class _Refuse:

@@ -12,7 +12,11 @@ the HTTP endpoint starts only when a port is given.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from actions.rollout import MODES
 
 
 class ActionMetrics:
@@ -36,9 +40,20 @@ class ActionMetrics:
         self._unproductive = Gauge("trainguard_job_unproductive_seconds",
                                    "Unproductive time by cause: detection, localisation, failover, recompute",
                                    ["training_job", "category"], registry=self.registry)
+        self._rollout = Gauge("trainguard_rollout_mode", "1 for the rollout mode (observe, approve, auto) in force "
+                              "per incident kind, and per rule where a rule overrides its kind",
+                              ["kind", "rule", "mode"], registry=self.registry)
         self._unverified = Gauge("trainguard_act_incidents_unverified",
                                  "1 while incidents are trusted by Kafka ACLs alone (incidents_trusted_by_acl)",
                                  registry=self.registry)
+
+    def rollout(self, kinds: Mapping[str, str], rules: Mapping[str, str]) -> None:
+        """1 for each kind's (and each overridden rule's) current mode, 0 for its other modes, so
+        `trainguard_rollout_mode{mode="auto"} == 1` lists what act may do on its own."""
+        for labels, mode in [*(({"kind": k, "rule": ""}, m) for k, m in kinds.items()),
+                             *(({"kind": "", "rule": r}, m) for r, m in rules.items())]:
+            for option in MODES:
+                self._rollout.labels(mode=option, **labels).set(1.0 if option == mode else 0.0)
 
     def incidents_trusted_by_acl(self, unverified: bool) -> None:
         """1 while act acts on incidents without checking the worker's signature (act has no /readyz:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from schemas.records import Decision, Incident
 from trainguard.cli.errors import UsageError
 from trainguard.settings import Settings
+
+if TYPE_CHECKING:
+    from actions.rollout import RolloutPolicy
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,7 +68,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     args.log.parent.mkdir(parents=True, exist_ok=True)
 
     def show(incident: Incident, decision: Decision) -> None:
-        tag = "[yellow]DRY-RUN[/] " if decision.dry_run else ""
+        tag = "[yellow]DRY-RUN[/] " if decision.dry_run else \
+            "[yellow]OBSERVED (nothing sent)[/] " if decision.status == "observed" else ""
         console.print(f"{tag}[bold]{incident.kind}[/] incident {incident.id} on job {incident.job}"
                       f" (ranks {incident.ranks}, nodes {incident.nodes})")
         console.print(f"  decision: [cyan]{decision.reason}[/]  (rule {decision.rule}, status {decision.status})")
@@ -85,6 +89,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if not built.core.worker_keys:
         console.print(f"act: WARNING: {ACL_TRUST_WARNING}")
     console.print(f"act: {mode}, consuming {topics.name('incidents')} on {settings.broker.servers}")
+    console.print(f"act: rollout {_rollout_line(built.core.runner.rails.rollout)}")
     try:
         faust.Worker(built.app, loglevel=args.loglevel, quiet=True,
                      redirect_stdouts=False).execute_from_commandline()
@@ -93,6 +98,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return int(exc.code or 0)
     built.close()
     return 0
+
+
+def _rollout_line(policy: RolloutPolicy) -> str:
+    """The modes in force, most general first: what this act may do on its own."""
+    overrides = [f"{k} {m}" for k, m in sorted(policy.kinds.items())] + \
+        [f"rule {r} {m}" for r, m in sorted(policy.rules.items())]
+    return f"default {policy.default}" + (f"; {', '.join(overrides)}" if overrides else "") + \
+        ("" if policy.default == "auto" else " (observed decisions send nothing; promote in actions.rollout "
+         "or with the console)")
 
 
 def _wait_for_leadership(settings: Settings, console: Console) -> None:
