@@ -4,7 +4,7 @@ aiohttp rather than FastAPI: it is already installed (Faust is built on it),
 it is asyncio-native like aiokafka, and its streaming responses carry
 server-sent events without another dependency. FastAPI would add an OpenAPI
 page for free, but also pydantic-v2/starlette/uvicorn pins to a service that
-has eleven routes; `GET /api` lists them with their docstrings instead, and
+has a dozen routes; `GET /api` lists them with their docstrings instead, and
 docs/console.md documents each.
 
 Hardening, each for a reason: every response carries a Content-Security-Policy
@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from actions.rollout import check_mode, parse_subject
 from schemas.records import AuditEntry, OperatorCommand
 from streams.console import views
 from streams.console.auth import CSRF_COOKIE, SESSION_COOKIE, Authenticator, Identity, csrf_ok, same_origin
@@ -98,6 +99,7 @@ def create_app(feed: ConsoleFeed, auth: Authenticator, cfg: ConsoleSettings, *,
     app.router.add_post("/api/decisions/{id}/reject", reject)
     app.router.add_post("/api/breaker/reset", reset_breaker)
     app.router.add_post("/api/standby/{node}/return", return_node)
+    app.router.add_post("/api/rollout", set_rollout)
     if manage_feed:
         app.on_startup.append(lambda a: a[FEED].start())
         app.on_cleanup.append(lambda a: a[FEED].stop())
@@ -301,6 +303,19 @@ async def return_node(request: web.Request) -> web.StreamResponse:
     return await _send(request, "return_node", node, str(body.get("reason", "")), report)
 
 
+async def set_rollout(request: web.Request) -> web.StreamResponse:
+    """Promote or demote a kind or rule ({"subject": "default" | "kind:<kind>" | "rule:<rule>",
+    "mode": "observe" | "approve" | "auto", "reason": ...}); act applies it to the next incident. Operators only."""
+    body = await _body(request)
+    subject, mode = str(body.get("subject", "")), str(body.get("mode", ""))
+    try:
+        parse_subject(subject)
+        check_mode(mode)
+    except ValueError as exc:
+        return _error(400, str(exc))
+    return await _send(request, "set_rollout", subject, str(body.get("reason", "")), {}, mode=mode)
+
+
 async def _decision_verb(request: web.Request, verb: str) -> web.StreamResponse:
     did = request.match_info["id"]
     state = request.app[FEED].state
@@ -313,7 +328,7 @@ async def _decision_verb(request: web.Request, verb: str) -> web.StreamResponse:
 
 
 async def _send(request: web.Request, verb: str, subject: str, reason: str,
-                report: dict[str, Any]) -> web.StreamResponse:
+                report: dict[str, Any], mode: str = "") -> web.StreamResponse:
     """Audit the request under the operator's name, then publish the command for act."""
     who: Identity = request[IDENTITY]
     now = time.time()
@@ -321,11 +336,12 @@ async def _send(request: web.Request, verb: str, subject: str, reason: str,
     if feed.signer is None:
         return _error(503, "this console holds no signing key (security.console_private_key); it cannot act")
     command = OperatorCommand(ts=now, id=f"op-{uuid.uuid4().hex}", verb=verb, operator=who.name,  # type: ignore[arg-type]
-                              subject_id=subject, reason=reason, report=report, expires=now + feed.command_ttl_s)
+                              subject_id=subject, reason=reason, report=report, expires=now + feed.command_ttl_s,
+                              mode=mode)
     dec = feed.state.decisions.get(subject)
     await feed.publish(AuditEntry(ts=now, event=f"console_{verb}", subject_id=subject or verb, actor=who.name,
                                   detail={"command": command.id, "via": who.via, "role": who.role, "reason": reason,
-                                          "job": dec.job if dec else ""}))
+                                          "job": dec.job if dec else "", **({"mode": mode} if mode else {})}))
     await feed.publish(command)
     return _json({"command": command.id, "verb": verb, "subject_id": subject, "operator": who.name}, status=202)
 

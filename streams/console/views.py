@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actions.rollout import ROLLOUT_KINDS
 from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit
 from streams.console.state import ConsoleState, audit_row, to_json
 
@@ -162,10 +163,22 @@ def controls(state: ConsoleState) -> dict[str, Any]:
         "known": bool(rails),  # False until act has published its rails state once
         "breaker": rails.get("breaker", {"tripped": False, "reason": ""}),
         "approval_kinds": rails.get("approval_kinds", []),
+        "rollout": rollout_view(rails.get("rollout")),
         "pending": pending,
         "pool": {"spares": pool.get("spares", []), "swaps": pool.get("swaps", {})},
         "evicted": returnable,
     }
+
+
+def rollout_view(shown: dict[str, Any] | None) -> dict[str, Any]:
+    """Each kind's mode (and the rules that override theirs) as act last published them; empty until it has."""
+    if not shown:
+        return {"known": False, "default": "", "kinds": [], "rules": []}
+    default = str(shown.get("default", ""))
+    kinds = shown.get("kinds", {})
+    return {"known": True, "default": default,
+            "kinds": [{"kind": k, "mode": kinds.get(k, default), "overridden": k in kinds} for k in ROLLOUT_KINDS],
+            "rules": [{"rule": r, "mode": m} for r, m in sorted(shown.get("rules", {}).items())]}
 
 
 def _step_result(state: ConsoleState, command_id: str) -> dict[str, Any] | None:

@@ -261,7 +261,20 @@ async function renderControls() {
       el("td", {}, n.selfcheck ? [pill(n.selfcheck.passed ? "ok" : "failed"), " ", when(n.selfcheck.ts)] : el("span", { cls: "dim" }, "none yet")),
       el("td", {}, el("button", { cls: "return", disabled: !can || !(n.selfcheck && n.selfcheck.passed), on: { click: () => act(`/api/standby/${encodeURIComponent(n.node)}/return`, {}, "return " + n.node) } }, "Return node after self-check")))));
   const swaps = Object.entries(c.pool.swaps);
+  const modes = ["observe", "approve", "auto"];
+  const modeButtons = (subject, current) => modes.map((m) => el("button", { cls: "rollout-" + m, "data-mode": m, disabled: !can || m === current,
+    on: { click: () => act("/api/rollout", { subject, mode: m, reason: "set in the console" }, `${subject} → ${m}`) } }, m));
+  const rollout = el("div", { cls: "panel", id: "rollout" }, el("h2", {}, "Rollout"),
+    c.rollout.known ? el("div", { cls: "dim" }, `default: ${c.rollout.default}. observe: decide and journal, send nothing; approve: hold for an operator; auto: act.`)
+      : el("div", { cls: "dim" }, "act has not reported yet"),
+    el("table", { id: "rollout-kinds" }, el("tr", {}, ["kind", "mode", ""].map((h) => el("th", {}, h))),
+      c.rollout.kinds.map((k) => el("tr", { "data-kind": k.kind }, el("td", {}, k.kind),
+        el("td", { cls: "mode" }, k.mode + (k.overridden ? "" : " (default)")), el("td", {}, modeButtons("kind:" + k.kind, k.overridden ? k.mode : ""))))),
+    c.rollout.rules.length ? el("table", { id: "rollout-rules" }, el("tr", {}, ["rule", "mode", ""].map((h) => el("th", {}, h))),
+      c.rollout.rules.map((r) => el("tr", { "data-rule": r.rule }, el("td", {}, r.rule), el("td", { cls: "mode" }, r.mode),
+        el("td", {}, modeButtons("rule:" + r.rule, r.mode))))) : null);
   return el("div", {}, el("h1", {}, "Controls"), can ? null : el("p", { cls: "dim" }, "You are a viewer: actions are disabled."),
+    rollout,
     el("div", { cls: "panel" }, el("h2", {}, `Pending approvals (${c.pending.length})`), c.approval_kinds.length ? el("div", { cls: "dim" }, `kinds that wait for approval: ${c.approval_kinds.join(", ")}`) : null, pending),
     breaker,
     el("div", { cls: "panel", id: "standby" }, el("h2", {}, `Standby pool (${c.pool.spares.length} ready)`), el("div", {}, c.pool.spares.join(", ") || "empty"),

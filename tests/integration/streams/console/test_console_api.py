@@ -242,3 +242,36 @@ def test_every_response_carries_csp_nosniff_and_referrer_policy(kafka: str, topi
             resp.close()
 
     with_console(kafka, topic_prefix, body)
+
+
+def test_rollout_is_shown_in_controls_and_changed_only_by_an_operator_with_a_valid_mode(
+        kafka: str, topic_prefix: str) -> None:
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    shown = AuditEntry(ts=time.time(), event="rails_state", subject_id="rails", actor="trainguard-act",
+                       detail={"breaker": {"tripped": False, "reason": ""}, "pool": {"spares": [], "swaps": {}},
+                               "approval_kinds": [], "evicted": {},
+                               "rollout": {"default": "observe", "kinds": {"hw_fault": "auto"}, "rules": {}}})
+
+    async def body(c: TestClient[Any, Any]) -> None:
+        producer.send(Topics(topic_prefix).name("audit"), key=b"rails", value=Codec().encode(shown))
+        producer.flush()
+        rollout: dict[str, Any] = {}
+        async with asyncio.timeout(15):
+            while not rollout.get("known"):
+                rollout = (await (await c.get("/api/controls", headers=VIEW)).json())["rollout"]
+                await asyncio.sleep(0.1)
+        kinds = {k["kind"]: k["mode"] for k in rollout["kinds"]}
+        assert rollout["default"] == "observe" and kinds["hw_fault"] == "auto" and kinds["network"] == "observe"
+        assert (await c.post("/api/rollout", headers=VIEW, json={"subject": "kind:network", "mode": "auto"})).status == 403
+        for bad in ({"subject": "kind:network", "mode": "yolo"}, {"subject": "network", "mode": "auto"}, {}):
+            refused = await c.post("/api/rollout", headers=OP, json=bad)
+            assert refused.status == 400 and "Traceback" not in await refused.text()
+        ok = await c.post("/api/rollout", headers=OP, json={"subject": "kind:network", "mode": "auto",
+                                                           "reason": "a quiet week"})
+        assert ok.status == 202
+
+    with_console(kafka, topic_prefix, body)
+    producer.close()
+    commands = [r for r in read(kafka, topic_prefix + "operator", 1) if isinstance(r, OperatorCommand)]
+    assert [(c.verb, c.subject_id, c.mode, c.operator) for c in commands] == [
+        ("set_rollout", "kind:network", "auto", "alice")]
