@@ -148,6 +148,13 @@ class Journal:
         return [self._codec.decode(r[0], Decision) for r in self._db.execute(sql, args).fetchall()]
 
     @_locked
+    def since(self, ts: float, job: str = "") -> list[Decision]:
+        """Every decision dated `ts` or later, oldest first, optionally for one job (the shadow report)."""
+        sql = "SELECT body FROM decisions WHERE ts>=?" + (" AND job=?" if job else "") + " ORDER BY ts"
+        args: tuple[Any, ...] = (ts, job) if job else (ts,)
+        return [self._codec.decode(r[0], Decision) for r in self._db.execute(sql, args).fetchall()]
+
+    @_locked
     def step_result(self, decision_id: str, idx: int) -> ActionResult | None:
         """The journaled result of one plan step, if it completed."""
         row = self._db.execute("SELECT body FROM steps WHERE decision_id=? AND idx=?", (decision_id, idx)).fetchone()

@@ -12,11 +12,15 @@ is refused and audited, and changes nothing.
 * promoting hw_fault to auto (signed set_rollout): the next hw_fault is acted on
   (a stop reaches the faulty node's real agent, which answers);
 * demoting it back to observe: the one after is observed again, no command;
-* each change is audited under the operator's name.
+* each change is audited under the operator's name;
+* `trainguard actions report` over that act's journal counts it all per rule.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -132,3 +136,11 @@ def test_observe_then_promote_then_demote_with_real_act_and_agents(
         assert journal.get_state("rollout")["kinds"] == {"hw_fault": "observe"}  # durable (act-state mirrors it)
     finally:
         journal.close()
+    # The shadow report over the real act's journal: what the rule decided and would have done.
+    report = subprocess.run([sys.executable, "-m", "trainguard.cli", "actions", "report", "--json", "--since", "1h"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    (row,) = json.loads(report.stdout)["rules"]
+    assert row["rule"] == "hw_fault.evict_swap_restart" and row["mode"] == "observe"
+    assert (row["decisions"], row["observed"], row["acted"], row["would_block"]) == (3, 2, 1, 0)
+    assert row["nodes"] == ["ro1", "ro2", "ro3"] and row["restarts"] == 3

@@ -4,7 +4,9 @@
 decision held by approval mode, `reset-breaker` closes a tripped circuit
 breaker (the running `trainguard act` picks both up within a poll), and
 `pool` shows the warm-standby pool, and `return-node` puts a repaired node
-back in it, only with a passing self-check report for that node. (`actions-log` is an alias: the CLI
+back in it, only with a passing self-check report for that node. `report` is
+the shadow report (actions/shadow.py): per rule, what act decided in a window
+and what it would have done, to read before promoting a kind from observe. (`actions-log` is an alias: the CLI
 finds command modules by name, and this module is `actions_log`.)
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -23,7 +26,7 @@ from trainguard.settings import Settings
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("actions", aliases=["actions-log"],
-                       help="show decisions, approve them, reset the circuit breaker",
+                       help="show decisions and the shadow report, approve them, reset the circuit breaker",
                        description="Read and steer the action journal of `trainguard act` (actions.state_dir).")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     log = verbs.add_parser("log", help="recent decisions with their rule, reason and step results")
@@ -39,7 +42,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     back.add_argument("node")
     back.add_argument("--report", type=Path, required=True,
                       help="JSON printed by `trainguard selfcheck --machines NODE` (must say passed: true)")
+    report = verbs.add_parser("report", help="the shadow report: per rule, decisions, what they would have done, "
+                              "what the breaker would have blocked, unproductive time saved",
+                              description="Per rule over a window: decisions (observed, acted, held), the "
+                              "evictions, restarts and rollbacks their plans name, how many observed ones the "
+                              "breaker would have blocked, and the unproductive time acting could have saved "
+                              "(from the ETTR account: 'measured' against the rule's own automated responses, "
+                              "else an 'upper bound').")
+    report.add_argument("--since", default="7d", type=duration_s,
+                        help="window ending now: 90s, 30m, 12h, 7d (default: %(default)s)")
+    report.add_argument("--job", default="", help="only this job")
+    report.add_argument("--json", action="store_true", help="one JSON object with a row per rule")
     p.set_defaults(handler=run)
+
+
+def duration_s(text: str) -> float:
+    """Seconds in `90s`, `30m`, `12h` or `7d` (a bare number is seconds); argparse's type for --since."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        value = float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 30m, 12h or 7d") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a window must be a positive, finite duration")
+    return value
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -50,6 +77,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"actions: no journal at {path} (has `trainguard act` run here?)")
     journal = Journal(path)
     try:
+        if args.verb == "report":
+            return _report(args, journal, settings)
         verbs = {"log": _log, "approve": _approve, "reset-breaker": _reset, "pool": _pool, "return-node": _return}
         return verbs[args.verb](args, journal)
     finally:
@@ -77,6 +106,50 @@ def _log(args: argparse.Namespace, journal: object) -> int:
         table.add_row(d.id, d.job, d.kind, status, d.rule, d.reason, done)
     Console().print(table)
     return 0
+
+
+def _report(args: argparse.Namespace, journal: object, settings: Settings) -> int:
+    import time
+
+    from actions.journal import Journal
+    from actions.rollout import RolloutPolicy
+    from actions.shadow import responses, shadow_report
+
+    assert isinstance(journal, Journal)
+    since = time.time() - args.since
+    decisions = journal.since(since, args.job)
+    cfg = settings.actions
+    policy = RolloutPolicy.restore(journal.get_state("rollout"), cfg.rollout.policy())  # as act would hold it
+    modes = {d.rule: policy.mode_for(d.kind, d.rule, cfg.approval_kinds) for d in decisions}
+    rows = shadow_report(decisions, modes=modes, response_s=responses(journal.states("ettr:")))
+    if args.json:
+        print(json.dumps({"since": since, "job": args.job, "rules": [r.as_dict() for r in rows]}))
+        return 0
+    print_report(rows, title=f"shadow report: {len(decisions)} decisions in the last {_span(args.since)}"
+                 + (f" of job {args.job}" if args.job else ""))
+    return 0
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def print_report(rows: list[Any], *, title: str) -> None:
+    """The per-rule table (also `trainguard backtest --report`'s)."""
+    table = Table(title=title)
+    for col in ("rule", "mode", "decisions observed/acted/held", "would do", "breaker would block",
+                "unproductive s", "saved s (basis)", "verdicts true/false/unsure"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        verdicts = "/".join(str(r.verdicts.get(v, 0)) for v in ("true", "false", "unsure")) if r.verdicts else "-"
+        saved = f"{r.saved_s:.0f} ({r.basis})" if r.basis else "-"
+        would = f"evict {r.evictions} ({len(r.nodes)} nodes), {r.restarts} restarts, {r.rollbacks} rollbacks"
+        table.add_row(r.rule, r.mode or "-", f"{r.decisions} {r.observed}/{r.acted}/{r.held}", would,
+                      str(r.would_block), f"{r.unproductive_s:.0f}", saved, verdicts)
+    Console().print(table if rows else f"{title}: none")
 
 
 def _approve(args: argparse.Namespace, journal: object) -> int:
