@@ -36,6 +36,7 @@ class BacktestResult:
     events: int = 0
     anomalies: int = 0
     incidents: list[dict[str, Any]] = field(default_factory=list)
+    opened: list[Incident] = field(default_factory=list)  # the same incidents as records (for --report's rollout)
     bad_lines: int = 0
     errors: list[str] = field(default_factory=list)
     first_ts: float | None = None
@@ -86,6 +87,7 @@ def run_backtest(recording: Path | str, pipeline: DetectionPipeline, *, out: IO[
         for inc in incidents:
             row = incident_row(inc)
             result.incidents.append(row)
+            result.opened.append(inc)
             if out is not None:
                 out.write(encoder.encode(row) + b"\n")
 

@@ -8,9 +8,13 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainguard.cli.commands.needs_lab import needs_lab
 from trainguard.settings import Settings
+
+if TYPE_CHECKING:
+    from schemas.records import Incident
 
 PROGRESS_MIN_BYTES = 20 << 20  # show a progress bar for recordings above 20 MiB
 
@@ -19,11 +23,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("backtest", help="run the configured detectors over a recording, offline",
                        description="Run the configured detectors over a recording at full speed, with no Kafka, "
                        "and write the incidents as JSON Lines. With --labels, score them per kind and write a "
-                       "report (report.json, report.md, timeline.png) into --report DIR.")
+                       "report (report.json, report.md, timeline.png) into --report DIR. With --report, also "
+                       "decide every incident with the decision engine, every kind in auto and nothing executed, "
+                       "and print the shadow report's per-rule table (`trainguard actions report`), also written "
+                       "to DIR/rollout.json: what auto would have done before a kind is promoted.")
     p.add_argument("recording", type=Path, metavar="RECORDING")
     p.add_argument("--out", type=Path, required=True, metavar="INCIDENTS", help="incidents file to write (.jsonl)")
     p.add_argument("--labels", type=Path, metavar="LABELS", help="ground-truth labels (JSON list) to score against")
-    p.add_argument("--report", type=Path, metavar="DIR", help="report directory (default: beside --out)")
+    p.add_argument("--report", type=Path, metavar="DIR",
+                   help="report directory: the rollout table (rollout.json), and with --labels the scores "
+                   "(default with --labels: beside --out)")
     p.add_argument("--grace", type=float, default=120.0, metavar="S",
                    help="an incident matches a fault detected up to S seconds after its end (default: %(default)s)")
     p.add_argument("--drain", type=float, default=0.0, metavar="S",
@@ -77,7 +86,22 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         write_report(directory, report, labels, result.incidents, scored)
         print(markdown(report).split("\n## ")[0])
         print(f"report written to {directory}/report.md, report.json, timeline.png")
+    if args.report is not None:
+        _rollout(args, settings, result.opened)
     return 1 if result.bad_lines else 0
+
+
+def _rollout(args: argparse.Namespace, settings: Settings, incidents: list[Incident]) -> None:
+    """The per-rule table of what `auto` would have done with these incidents (lab/backtest/rollout.py)."""
+    from lab.backtest.rollout import rollout_rows
+    from trainguard.cli.commands.actions_log import print_report
+
+    rows = rollout_rows(args.recording, incidents, settings.actions)
+    print_report(rows, title=f"rollout: the backtest's {len(incidents)} incidents decided in auto, nothing executed")
+    args.report.mkdir(parents=True, exist_ok=True)
+    (args.report / "rollout.json").write_text(json.dumps({"recording": str(args.recording),
+                                                          "rules": [r.as_dict() for r in rows]}, indent=1))
+    print(f"rollout table written to {args.report}/rollout.json")
 
 
 @needs_lab("backtest-eval")

@@ -158,3 +158,38 @@ def test_the_floor_reads_every_good_line_and_skips_bad_ones(tmp_path: Path) -> N
     result = run_backtest(rec, DetectionPipeline([NanDetector()]))
     assert result.cpu_s > 0 and result.events_per_cpu_s > 0 and (result.events, result.bad_lines) == (50, 1)
     assert (result.first_ts, result.last_ts) == (1.0, 50.0)
+
+
+HW_BURST = """
+name: rollout-burst
+seed: 4
+duration_s: 3000
+job: {name: wide, nodes: 8, gpus_per_node: 2, tp: 2, pp: 1, step_time_s: 5.0, checkpoint_every_s: 300}
+faults:
+  - {kind: hw_fault, at_s: 300, variant: xid, code: 79, node: 1}
+  - {kind: hw_fault, at_s: 1000, variant: xid, code: 79, node: 2}
+  - {kind: hw_fault, at_s: 1700, variant: xid, code: 79, node: 3}
+  - {kind: nan, at_s: 2500, rank: 6, variant: loss}
+"""
+
+
+def test_backtest_report_decides_every_incident_in_auto_and_says_what_the_breaker_would_hold(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three node faults of one 8-node job within the breaker's hour: 25% lets two through, the third is held."""
+    monkeypatch.setenv("COLUMNS", "240")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(HW_BURST)
+    rec = tmp_path / "rec.jsonl"
+    assert main(["simulate", "--scenario", str(scenario), "--out", str(rec)]) == 0
+    report = tmp_path / "report"
+    assert main(["backtest", str(rec), "--out", str(tmp_path / "inc.jsonl"), "--report", str(report)]) == 0
+    incidents = [json.loads(line) for line in (tmp_path / "inc.jsonl").read_text().splitlines()]
+    rows = {r["rule"]: r for r in json.loads((report / "rollout.json").read_text())["rules"]}
+    assert sum(r["decisions"] for r in rows.values()) == len(incidents)  # every incident decided
+    assert all(r["mode"] == "auto" and r["observed"] == r["decisions"] and r["acted"] == 0 for r in rows.values())
+    hw = rows["hw_fault.evict_swap_restart"]
+    assert hw["decisions"] == 3 and hw["evictions"] == 3 and hw["restarts"] == 3
+    assert hw["would_block"] == 1 and len(hw["nodes"]) == 3
+    assert any(rule.startswith("nan.") for rule in rows)
+    out = capsys.readouterr().out
+    assert "decided in auto, nothing executed" in out and "hw_fault.evict_swap_restart" in out
