@@ -80,7 +80,7 @@ def incident_summary(inc: Incident) -> str:
 
 def decision_summary(d: Decision) -> str:
     """One line: the decision's status, fault and job."""
-    dry = " (dry-run)" if d.dry_run else ""
+    dry = " (dry-run)" if d.dry_run else " (observe mode: nothing sent)" if d.status == "observed" else ""
     return f"{d.status} decision for {d.kind} on job {d.job}{dry}"
 
 

@@ -110,6 +110,7 @@ def test_every_container_command_parses_and_the_config_loads(values: dict[str, A
                     monkeypatch.setenv(env["name"], str(env["value"]))
             settings = load_settings(tmp_path / "trainguard.yaml")
             assert settings.broker.servers == values["kafka"]["bootstrap"]
+            assert settings.actions.rollout.default == "observe"  # a new install observes (act.rollout)
             ports = {p["name"] for p in c.get("ports", [])}
             for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
                 if probe in c:
