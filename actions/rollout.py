@@ -101,9 +101,14 @@ def apply_change(policy: RolloutPolicy, subject: str, mode: str) -> tuple[Rollou
         new_mode = check_mode(mode)
     except ValueError as exc:
         return None, f"refused: {exc}"
-    was = policy.default if scope == "default" else (policy.kinds if scope == "kind" else policy.rules).get(name)
+    was: str
+    if scope == "default":
+        was = policy.default
+    else:
+        own = (policy.kinds if scope == "kind" else policy.rules).get(name)
+        was = own or ("its kind's mode" if scope == "rule" else f"{policy.default} (the default)")
     label = "default" if scope == "default" else f"{scope} {name}"
-    return policy.changed(scope, name, new_mode), f"rollout of {label}: {was or 'unset'} -> {new_mode}"
+    return policy.changed(scope, name, new_mode), f"rollout of {label}: {was} -> {new_mode}"
 
 
 def overridden(overrides: dict[str, Any], subject: str, mode: str) -> dict[str, Any]:

@@ -151,7 +151,7 @@ def test_set_rollout_is_checked_pure_and_audited_under_the_operator() -> None:
     out = apply_operator_command(cmd, rails={}, decision=None, now=NOW, rollout=RolloutPolicy(), overrides={})
     assert out.applied and out.rollout == {"kinds": {"hw_fault": "auto"}, "rules": {}}
     assert out.audit.actor == "alice" and out.audit.event == "operator_set_rollout"
-    assert "observe -> auto" not in out.message and "unset -> auto" in out.message  # the kind had no override
+    assert "kind hw_fault: observe (the default) -> auto by alice" in out.message  # it had no mode of its own
     for subject, mode in [("kind:hw_fault", "yolo"), ("hw_fault", "auto"), ("kind:", "auto"), ("default:x", "auto")]:
         bad = apply_operator_command(OperatorCommand(ts=NOW, id="op-2", verb="set_rollout", operator="mallory",
                                                      subject_id=subject, mode=mode, expires=NOW + 60),
@@ -231,3 +231,16 @@ def test_a_signed_promotion_acts_on_the_next_incident_survives_a_restart_and_a_f
     finally:
         restarted.close(wait=True)
         restarted.runner.journal.close()
+
+
+def test_an_observed_decision_cannot_be_approved_into_running(tmp_path: Path) -> None:
+    executor = Recording()
+    eng, runner = build(tmp_path, RolloutPolicy(default="observe"), executor)
+    observed = runner.admit(eng.decide(hw("a", "a1")))
+    assert observed is not None
+    approve = OperatorCommand(ts=NOW, id="op-9", verb="approve", operator="alice", subject_id=observed.id,
+                              expires=NOW + 60)
+    out = apply_operator_command(approve, rails={}, decision=observed, now=NOW)
+    assert not out.applied and "not awaiting approval (observed)" in out.message
+    assert runner.approve(observed.id) is None  # nor through `trainguard actions approve`
+    assert runner.run(observed).status == "observed" and executor.sent == []
