@@ -163,21 +163,29 @@ def controls(state: ConsoleState) -> dict[str, Any]:
         "known": bool(rails),  # False until act has published its rails state once
         "breaker": rails.get("breaker", {"tripped": False, "reason": ""}),
         "approval_kinds": rails.get("approval_kinds", []),
-        "rollout": rollout_view(rails.get("rollout")),
+        "rollout": rollout_view(rails.get("rollout"), rails.get("approval_kinds", [])),
         "pending": pending,
         "pool": {"spares": pool.get("spares", []), "swaps": pool.get("swaps", {})},
         "evicted": returnable,
     }
 
 
-def rollout_view(shown: dict[str, Any] | None) -> dict[str, Any]:
-    """Each kind's mode (and the rules that override theirs) as act last published them; empty until it has."""
+def rollout_view(shown: dict[str, Any] | None, approval_kinds: list[str] | None = None) -> dict[str, Any]:
+    """Each kind's mode in force (and the rules that override theirs) as act last published them.
+
+    A kind in `approval_kinds` never goes past approve, whatever its rollout mode: it is shown so.
+    Empty until act has published its rails.
+    """
     if not shown:
         return {"known": False, "default": "", "kinds": [], "rules": []}
-    default = str(shown.get("default", ""))
-    kinds = shown.get("kinds", {})
-    return {"known": True, "default": default,
-            "kinds": [{"kind": k, "mode": kinds.get(k, default), "overridden": k in kinds} for k in ROLLOUT_KINDS],
+    default, kinds, held = str(shown.get("default", "")), shown.get("kinds", {}), approval_kinds or []
+    rows = []
+    for kind in ROLLOUT_KINDS:
+        mode = kinds.get(kind, default)
+        capped = mode == "auto" and (kind in held or "*" in held)
+        rows.append({"kind": kind, "mode": "approve" if capped else mode, "overridden": kind in kinds,
+                     "approval_kind": capped})
+    return {"known": True, "default": default, "kinds": rows,
             "rules": [{"rule": r, "mode": m} for r, m in sorted(shown.get("rules", {}).items())]}
 
 

@@ -300,3 +300,23 @@ def test_the_breaker_is_reset_from_the_page(stack: Stack) -> None:
     stack.shot("controls")
     errors = [e for e in stack.browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
+
+
+def test_a_kind_is_demoted_from_the_rollout_panel(stack: Stack) -> None:
+    """The Rollout panel shows act's modes; a click sends a signed set_rollout that act applies and shows back."""
+    stack.login(OPERATOR)
+    stack.browser.get_log("browser")  # a request racing the login switch may be refused: not this test's page
+    stack.show("#controls", "controls")
+    button = '#rollout-kinds tr[data-kind="nan"] button[data-mode="observe"]'
+    stack.wait(lambda b: b.find_elements(By.CSS_SELECTOR, button), 30)
+    stack.wait(lambda b: b.find_element(By.CSS_SELECTOR, '#rollout-kinds tr[data-kind="nan"] td.mode').text
+               == "auto (default)")
+    stack.click(button)
+    applied = stack.tap.wait(audited("operator_set_rollout", applied=True), 20)
+    assert isinstance(applied, AuditEntry) and applied.actor == "alice" and applied.subject_id == "kind:nan"
+    assert applied.detail["mode"] == "observe"
+    stack.wait(lambda b: b.find_element(By.CSS_SELECTOR, '#rollout-kinds tr[data-kind="nan"] td.mode').text
+               == "observe", 20)
+    stack.shot("controls-rollout")
+    errors = [e for e in stack.browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []

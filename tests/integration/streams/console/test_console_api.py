@@ -249,8 +249,9 @@ def test_rollout_is_shown_in_controls_and_changed_only_by_an_operator_with_a_val
     producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
     shown = AuditEntry(ts=time.time(), event="rails_state", subject_id="rails", actor="trainguard-act",
                        detail={"breaker": {"tripped": False, "reason": ""}, "pool": {"spares": [], "swaps": {}},
-                               "approval_kinds": [], "evicted": {},
-                               "rollout": {"default": "observe", "kinds": {"hw_fault": "auto"}, "rules": {}}})
+                               "approval_kinds": ["network"], "evicted": {},
+                               "rollout": {"default": "observe", "kinds": {"hw_fault": "auto", "network": "auto"},
+                                           "rules": {}}})
 
     async def body(c: TestClient[Any, Any]) -> None:
         producer.send(Topics(topic_prefix).name("audit"), key=b"rails", value=Codec().encode(shown))
@@ -261,7 +262,8 @@ def test_rollout_is_shown_in_controls_and_changed_only_by_an_operator_with_a_val
                 rollout = (await (await c.get("/api/controls", headers=VIEW)).json())["rollout"]
                 await asyncio.sleep(0.1)
         kinds = {k["kind"]: k["mode"] for k in rollout["kinds"]}
-        assert rollout["default"] == "observe" and kinds["hw_fault"] == "auto" and kinds["network"] == "observe"
+        assert rollout["default"] == "observe" and kinds["hw_fault"] == "auto" and kinds["hang"] == "observe"
+        assert kinds["network"] == "approve"  # promoted, but an approval kind: it goes no further
         assert (await c.post("/api/rollout", headers=VIEW, json={"subject": "kind:network", "mode": "auto"})).status == 403
         for bad in ({"subject": "kind:network", "mode": "yolo"}, {"subject": "network", "mode": "auto"}, {}):
             refused = await c.post("/api/rollout", headers=OP, json=bad)
