@@ -239,15 +239,30 @@ def _timed(loop: BatchLoop, fetches: Iterator[list[Raw]], events: int,
     return done, cpu
 
 
-def scale(sizes: Sequence[int], events: int, warm_s: int, job_nodes: int, profile: bool) -> list[ScaleRun]:
-    """`scale_run` per size, each in a fresh process (no heap, cache or allocator state carried over)."""
+def scale(sizes: Sequence[int], events: int, warm_s: int, job_nodes: int, profile: bool,
+          rounds: int = 1) -> list[ScaleRun]:
+    """`scale_run` per size and round, each in a fresh process (no heap, cache or allocator state carried
+    over); with several rounds, the sizes alternate and each size's median run is printed last."""
     ctx = multiprocessing.get_context("spawn")
-    runs = []
+    runs: list[ScaleRun] = []
     with ctx.Pool(1, maxtasksperchild=1) as pool:
-        for nodes in sizes:
-            runs.append(pool.apply(scale_run, (nodes, events, warm_s, job_nodes, profile)))
-            print_scale_row(runs[-1], runs)
+        for _ in range(rounds):
+            done: list[ScaleRun] = []
+            for nodes in sizes:
+                done.append(pool.apply(scale_run, (nodes, events, warm_s, job_nodes, profile)))
+                print_scale_row(done[-1], done)
+            runs.extend(done)
+    if rounds > 1:
+        medians = [_median_run([r for r in runs if r.nodes == nodes]) for nodes in sizes]
+        print(f"median of {rounds} rounds:")
+        for run in medians:
+            print_scale_row(run, medians)
     return runs
+
+
+def _median_run(runs: Sequence[ScaleRun]) -> ScaleRun:
+    """The run with the median cost per event."""
+    return sorted(runs, key=lambda r: r.us_per_event)[len(runs) // 2]
 
 
 def print_scale_row(run: ScaleRun, runs: Sequence[ScaleRun]) -> None:
@@ -274,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="untimed seconds of event time first (--scale; default %(default)s)")
     parser.add_argument("--job-nodes", type=int, default=4096,
                         help="largest job in nodes (--scale; default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternating rounds over the sizes, then each size's median (--scale; default 1)")
     parser.add_argument("--profile", action="store_true", help="print each size's cProfile top functions (--scale)")
     args = parser.parse_args(argv)
     if args.scale is not None:
@@ -281,14 +298,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             sizes = [int(n) for n in args.scale.split(",")]
         except ValueError:
             parser.error(f"--scale: expected comma-separated node counts, got {args.scale!r}")
-        if min(sizes, default=0) < 1 or args.events < 1 or args.warm_s < 0 or args.job_nodes < 1:
-            parser.error("--scale sizes, --events and --job-nodes must be positive, --warm-s not negative")
+        if min(sizes, default=0) < 1 or min(args.events, args.job_nodes, args.rounds) < 1 or args.warm_s < 0:
+            parser.error("--scale sizes, --events, --job-nodes and --rounds must be positive, --warm-s not negative")
         print(f"the worker's hot path per event (BatchLoop._process, default detectors, no broker); "
               f"{args.events:,} timed events per size after {args.warm_s} s of event time untimed; jobs of at most "
               f"{args.job_nodes:,} nodes; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         print(f"{'nodes':>7} {'GPUs':>8} {'events':>8} {'us/event':>9} {'vs 512':>7} {'gc':>5} {'MiB/1k GPUs':>12} "
               f"{'entries':>10}  (RSS delta)")
-        scale(sizes, args.events, args.warm_s, args.job_nodes, args.profile)
+        scale(sizes, args.events, args.warm_s, args.job_nodes, args.profile, args.rounds)
         return 0
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})

@@ -65,7 +65,21 @@ def test_the_sweep_prints_a_row_per_size_with_the_ratio_to_512(capsys: pytest.Ca
     assert [(row[0], row[4]) for row in rows] == [("512", "1.00"), ("4,096", "1.50")]
 
 
-@pytest.mark.parametrize("args", [["--scale", "64,x"], ["--scale", "0"], ["--scale", "64", "--events", "0"]])
+def test_rounds_alternate_the_sizes_and_end_with_each_sizes_median(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench_detectors.main(["--scale", "2,3", "--events", "500", "--warm-s", "1", "--job-nodes", "2",
+                                 "--rounds", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[2:8]] == ["2", "3"] * 3
+    assert lines[8].startswith("median of 3 rounds") and [line.split()[0] for line in lines[9:]] == ["2", "3"]
+
+
+def test_the_median_run_is_the_middle_cost() -> None:
+    runs = [bench_detectors.ScaleRun(512, 100, cpu, 0.0, 0, 0) for cpu in (3.0, 1.0, 2.0)]
+    assert bench_detectors._median_run(runs).cpu_s == 2.0
+
+
+@pytest.mark.parametrize("args", [["--scale", "64,x"], ["--scale", "0"], ["--scale", "64", "--events", "0"],
+                                  ["--scale", "64", "--rounds", "0"]])
 def test_bad_sizes_exit_2_with_one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         bench_detectors.main(args)
