@@ -25,23 +25,55 @@ where wall-clock rates would mostly measure the neighbours; the detector
 figure is the best of three fresh runs.
 
 It prints the figures and asserts nothing.
+
+**Scaling** (`--scale 64,512,4096,12500`): the cost per event of the
+worker's pure part (`BatchLoop._process` on aiokafka `ConsumerRecord`s, the
+task built as `trainguard worker` builds it: decode, event clock and heap,
+each host's clock-skew estimate, the default detectors, the correlator; no
+broker; the worker's collector policy), at several fleet sizes with the same
+number of events and the same mix: per node and second one 8-GPU sample, one
+sample of 8 RDMA ports, a step per rank every 10 s and a heartbeat per rank
+every 5 s (4.4 events per node per second), in jobs of at most `--job-nodes`
+nodes (4,096 = 32,768 ranks, the most a job's per-rank maps keep,
+`detectors.common.MAX_RANKS`; 12,500 nodes = 100,000 GPUs are four jobs of
+3,125 nodes). Each size runs in a fresh process: `--warm-s` seconds of event
+time first (every rank steps once, every node and port is known), not timed,
+then `--events` events timed (CPU time of `_process` only, the encoding of
+the input is not counted), printed with the ratio to 512 nodes. Memory per
+1,000 GPUs is the process's resident set (RSS) after the run minus before
+the task was built, after a full collection: what the state costs the
+machine, allocator overhead included. `--profile` prints the timed part's
+top functions (cProfile, which inflates the figures: compare profiles with
+each other only).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
+import io
+import multiprocessing
 import os
 import pickle
+import pstats
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_gc import FETCH, TOPICS, GcClock, Raw, as_fetch, hot_loop
+from benchmarks.bench_pipeline import events_per_node_s, fleet_second
 from detectors.pipeline import DetectionPipeline
 from detectors.settings import DetectorSettings
+from schemas.codec import Codec
 from schemas.records import Record
+from schemas.topics import key_for
+from streams.worker import heap
+from streams.worker.batch_loop import BatchLoop
 
 
 def scenario(nodes: int, minutes: float) -> dict[str, Any]:
@@ -116,11 +148,165 @@ def state_memory(records: list[Record]) -> tuple[int, int, int]:
     return len(pickle.dumps(pipeline)), heap, sum(d.state_size() for d in pipeline.detectors)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@dataclass(frozen=True)
+class ScaleRun:
+    """One fleet size's figures."""
+
+    nodes: int
+    events: int
+    cpu_s: float
+    gc_s: float  # of which the garbage collector
+    rss_bytes: int
+    entries: int
+    profile: str = ""
+
+    @property
+    def us_per_event(self) -> float:
+        return self.cpu_s / self.events * 1e6
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * 8
+
+
+def _rss_bytes() -> int:
+    """This process's resident set (Linux /proc), in bytes."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _mix(nodes: int, job_nodes: int, start: int = 0) -> Iterator[list[Raw]]:
+    """The scaling mix, encoded, one fetch of `FETCH` messages at a time, from second `start` on (endless)."""
+    codec, offsets, batch = Codec(), dict[str, int](), []
+    second = start
+    while True:
+        t = 1_000_000.0 + second
+        for record in fleet_second(nodes, t, second, rdma=True, job_nodes=job_nodes):
+            topic = TOPICS.for_record(record)
+            offset = offsets[topic] = offsets.get(topic, -1) + 1
+            batch.append((topic, offset, key_for(record), codec.encode(record), int(t * 1000)))
+            if len(batch) == FETCH:
+                yield batch
+                batch = []
+        second += 1
+
+
+def scale_run(nodes: int, events: int, warm_s: int, job_nodes: int, profile: bool = False) -> ScaleRun:
+    """Warm a fresh task up on `warm_s` seconds of the mix, then time `events` events through the hot path."""
+    old = heap.settle_after_startup()  # the worker's collector policy (`trainguard worker` sets it before its loop)
+    collector = GcClock()
+    gc.callbacks.append(collector)
+    try:
+        rss = _rss_bytes()
+        loop = hot_loop(like_worker=True)
+        fetches = _mix(nodes, job_nodes)
+        warm, done = int(warm_s * nodes * events_per_node_s(rdma=True)), 0
+        while done < warm:
+            batch = next(fetches)
+            loop._process(as_fetch(batch))  # noqa: SLF001 - the hot path itself, without a broker
+            done += len(batch)
+        collector.spent = 0.0
+        profiler = cProfile.Profile() if profile else None
+        done, cpu = _timed(loop, fetches, events, profiler)
+        gc_s = collector.spent
+        del fetches
+        gc.collect()
+        entries = sum(d.state_size() for d in loop.task(0).processor.pipeline.detectors)
+        text = ""
+        if profiler is not None:
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
+            text = out.getvalue()
+        return ScaleRun(nodes, done, cpu, gc_s, _rss_bytes() - rss, entries, text)
+    finally:
+        gc.callbacks.remove(collector)
+        heap.restore(old)
+
+
+def _timed(loop: BatchLoop, fetches: Iterator[list[Raw]], events: int,
+           profiler: cProfile.Profile | None) -> tuple[int, float]:
+    """(events, CPU seconds) of processing fetches until `events` were handled; only `_process` is timed."""
+    cpu, done = 0.0, 0
+    while done < events:
+        fetch = as_fetch(next(fetches))
+        if profiler is not None:
+            profiler.enable()
+        started = time.process_time()
+        loop._process(fetch)  # noqa: SLF001
+        cpu += time.process_time() - started
+        if profiler is not None:
+            profiler.disable()
+        done += sum(map(len, fetch.values()))
+    return done, cpu
+
+
+def scale(sizes: Sequence[int], events: int, warm_s: int, job_nodes: int, profile: bool,
+          rounds: int = 1) -> list[ScaleRun]:
+    """`scale_run` per size and round, each in a fresh process (no heap, cache or allocator state carried
+    over); with several rounds, the sizes alternate and each size's median run is printed last."""
+    ctx = multiprocessing.get_context("spawn")
+    runs: list[ScaleRun] = []
+    with ctx.Pool(1, maxtasksperchild=1) as pool:
+        for _ in range(rounds):
+            done: list[ScaleRun] = []
+            for nodes in sizes:
+                done.append(pool.apply(scale_run, (nodes, events, warm_s, job_nodes, profile)))
+                print_scale_row(done[-1], done)
+            runs.extend(done)
+    if rounds > 1:
+        medians = [_median_run([r for r in runs if r.nodes == nodes]) for nodes in sizes]
+        print(f"median of {rounds} rounds:")
+        for run in medians:
+            print_scale_row(run, medians)
+    return runs
+
+
+def _median_run(runs: Sequence[ScaleRun]) -> ScaleRun:
+    """The run with the median cost per event."""
+    return sorted(runs, key=lambda r: r.us_per_event)[len(runs) // 2]
+
+
+def print_scale_row(run: ScaleRun, runs: Sequence[ScaleRun]) -> None:
+    """One size's row; the ratio to 512 nodes once that size has run."""
+    ref = next((r for r in runs if r.nodes == 512), None)
+    ratio = f"{run.us_per_event / ref.us_per_event:.2f}" if ref is not None else "-"
+    print(f"{run.nodes:>7,} {run.gpus:>8,} {run.events:>8,} {run.us_per_event:>9.2f} {ratio:>7} "
+          f"{run.gc_s / run.cpu_s:>5.1%} "
+          f"{run.rss_bytes / 2**20 * 1000 / run.gpus:>12.2f} {run.entries:>10,}  "
+          f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    if run.profile:
+        print(run.profile, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_detectors", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=128, help="nodes of 8 GPUs (default 128 = 1,024 GPUs)")
     parser.add_argument("--minutes", type=float, default=10.0, help="simulated minutes (default 10)")
-    args = parser.parse_args()
+    parser.add_argument("--scale", help="comma-separated fleet sizes in nodes: run the scaling benchmark instead")
+    parser.add_argument("--events", type=int, default=200_000,
+                        help="timed events per size (--scale; default %(default)s)")
+    parser.add_argument("--warm-s", type=int, default=10,
+                        help="untimed seconds of event time first (--scale; default %(default)s)")
+    parser.add_argument("--job-nodes", type=int, default=4096,
+                        help="largest job in nodes (--scale; default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternating rounds over the sizes, then each size's median (--scale; default 1)")
+    parser.add_argument("--profile", action="store_true", help="print each size's cProfile top functions (--scale)")
+    args = parser.parse_args(argv)
+    if args.scale is not None:
+        try:
+            sizes = [int(n) for n in args.scale.split(",")]
+        except ValueError:
+            parser.error(f"--scale: expected comma-separated node counts, got {args.scale!r}")
+        if min(sizes, default=0) < 1 or min(args.events, args.job_nodes, args.rounds) < 1 or args.warm_s < 0:
+            parser.error("--scale sizes, --events, --job-nodes and --rounds must be positive, --warm-s not negative")
+        print(f"the worker's hot path per event (BatchLoop._process, default detectors, no broker); "
+              f"{args.events:,} timed events per size after {args.warm_s} s of event time untimed; jobs of at most "
+              f"{args.job_nodes:,} nodes; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        print(f"{'nodes':>7} {'GPUs':>8} {'events':>8} {'us/event':>9} {'vs 512':>7} {'gc':>5} {'MiB/1k GPUs':>12} "
+              f"{'entries':>10}  (RSS delta)")
+        scale(sizes, args.events, args.warm_s, args.job_nodes, args.profile, args.rounds)
+        return 0
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     gpus = args.nodes * 8
@@ -139,7 +325,8 @@ def main() -> None:
     per_k = 1000 / gpus
     print(f"detector state: {pickled * per_k / 1024:,.0f} KiB pickled and {heap * per_k / 1024:,.0f} KiB heap "
           f"per 1,000 GPUs ({entries:,} keyed entries for {gpus} GPUs)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -33,6 +33,7 @@ from schemas.codec import Codec
 from schemas.topics import Topics, key_for
 from streams.worker import heap
 from streams.worker.batch_loop import BatchLoop
+from streams.worker.skew import ClockSkewEstimator
 from streams.worker.tasks import NodeJobTable, TaskFactory
 from streams.worker.watermark import EventClock
 from trainguard.settings import BrokerSettings, load_settings
@@ -55,7 +56,7 @@ def encoded_mix(nodes: int, seconds: int) -> list[Raw]:
     return out
 
 
-class _GcClock:
+class GcClock:
     """CPU seconds the collector spends, from `gc.callbacks`."""
 
     def __init__(self) -> None:
@@ -69,25 +70,47 @@ class _GcClock:
             self.spent += time.process_time() - self._started
 
 
-def drain(raw: Sequence[Raw], *, policy: bool) -> tuple[float, float]:
-    """(CPU seconds, collector CPU seconds) of one fresh task processing `raw` in fetches."""
-    detectors = load_settings().detectors
-    factory = TaskFactory(topics=TOPICS, partitions=1, new_pipeline=lambda: DetectionPipeline.from_settings(detectors),
+def hot_loop(*, like_worker: bool = False) -> BatchLoop:
+    """A worker's batch loop with task 0 built (the default detectors), no broker: its `_process` is the hot path.
+
+    `like_worker` builds the task as `trainguard worker` does from its settings
+    (the event clock's bounds and each host's clock-skew estimator); by default
+    the estimator is left out, as this benchmark's figures always had it.
+    """
+    settings = load_settings()
+    w = settings.worker
+    factory = TaskFactory(topics=TOPICS, partitions=1,
+                          new_pipeline=lambda: DetectionPipeline.from_settings(settings.detectors),
                           new_clock=EventClock, table=NodeJobTable())
+    if like_worker:
+        factory.new_clock = lambda: EventClock(max_ahead_s=w.max_ahead_s, idle_after_s=w.idle_after_s,
+                                               confirm_within=w.confirm_within)
+        factory.new_skew = lambda: ClockSkewEstimator(bound_s=w.clock_skew_bound_s)
     loop = BatchLoop(broker=BrokerSettings(bootstrap="unused:9092"), topics=TOPICS, factory=factory, group_id="gcb")
     loop.task(0)
+    return loop
+
+
+def as_fetch(raw: Sequence[Raw]) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+    """One fetch as aiokafka's `getmany` returns it: partition 0 of each topic, its records in offset order."""
+    fetched: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
+    for topic, offset, key, value, ts in raw:
+        fetched.setdefault(TopicPartition(topic, 0), []).append(ConsumerRecord(
+            topic=topic, partition=0, offset=offset, timestamp=ts, timestamp_type=0, key=key, value=value,
+            checksum=None, serialized_key_size=len(key), serialized_value_size=len(value), headers=()))
+    return fetched
+
+
+def drain(raw: Sequence[Raw], *, policy: bool) -> tuple[float, float]:
+    """(CPU seconds, collector CPU seconds) of one fresh task processing `raw` in fetches."""
+    loop = hot_loop()
     old = heap.settle_after_startup() if policy else None
-    clock = _GcClock()
+    clock = GcClock()
     gc.callbacks.append(clock)
     started = time.process_time()
     try:
         for i in range(0, len(raw), FETCH):
-            fetched: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
-            for topic, offset, key, value, ts in raw[i:i + FETCH]:
-                fetched.setdefault(TopicPartition(topic, 0), []).append(ConsumerRecord(
-                    topic=topic, partition=0, offset=offset, timestamp=ts, timestamp_type=0, key=key, value=value,
-                    checksum=None, serialized_key_size=len(key), serialized_value_size=len(value), headers=()))
-            loop._process(fetched)  # noqa: SLF001 - the hot path itself, without a broker
+            loop._process(as_fetch(raw[i:i + FETCH]))  # noqa: SLF001 - the hot path itself, without a broker
         return time.process_time() - started, clock.spent
     finally:
         gc.callbacks.remove(clock)

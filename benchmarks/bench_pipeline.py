@@ -41,32 +41,47 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from benchmarks.bench_codec import sample
 from schemas.codec import Codec
-from schemas.records import Heartbeat, NodeGpuSample, Record, TrainingStep, XidEvent
+from schemas.records import Heartbeat, NodeGpuSample, RdmaPort, RdmaSample, Record, TrainingStep, XidEvent
 from schemas.topics import Topics, key_for
 from streams.admin import ensure_topics
 from trainguard.settings import load_settings
 
 RANKS_PER_NODE = 8
 HEARTBEAT_S = 5
+# A healthy node's 8 RDMA ports (one 400 Gb/s NIC per GPU), each moving ~20 GB/s both ways.
+RDMA_PORTS = [RdmaPort(device=f"mlx5_{i}", port=1, tx_bytes=10**15, rx_bytes=10**15, tx_bps=2e10, rx_bps=2e10)
+              for i in range(RANKS_PER_NODE)]
 
 
-def fleet_second(nodes: int, t: float, second: int, *, step_s: int = 10) -> Iterator[Record]:
-    """The events a healthy `nodes`-node job emits in one second of event time."""
+def fleet_second(nodes: int, t: float, second: int, *, step_s: int = 10, rdma: bool = False,
+                 job_nodes: int = 0) -> Iterator[Record]:
+    """The events a healthy `nodes`-node fleet emits in one second of event time.
+
+    One job spans the fleet, or, with `job_nodes`, the fleet splits into the
+    fewest jobs of at most `job_nodes` nodes, all of one size but the last
+    (ranks numbered within each job). With `rdma`, each node also reports its 8 RDMA ports.
+    """
     template = sample()
+    jobs = max(1, -(-nodes // job_nodes)) if job_nodes > 0 else 1
+    per_job = -(-nodes // jobs)
     for n in range(nodes):
         node = f"node-{n:04d}"
-        yield NodeGpuSample(ts=t, node=node, job="bench", gpus=template.gpus)
-        for r in range(n * RANKS_PER_NODE, (n + 1) * RANKS_PER_NODE):
+        job = "bench" if jobs == 1 else f"bench-{n // per_job:03d}"
+        yield NodeGpuSample(ts=t, node=node, job=job, gpus=template.gpus)
+        if rdma:
+            yield RdmaSample(ts=t, node=node, job=job, ports=RDMA_PORTS)
+        first = (n % per_job) * RANKS_PER_NODE
+        for r in range(first, first + RANKS_PER_NODE):
             if (second + r) % step_s == 0:
-                yield TrainingStep(ts=t, job="bench", rank=r, node=node, step=second // step_s, loss=2.1,
+                yield TrainingStep(ts=t, job=job, rank=r, node=node, step=second // step_s, loss=2.1,
                                    grad_norm=0.9, step_time_s=float(step_s), tokens=4_194_304, mfu=0.41)
             if (second + r) % HEARTBEAT_S == 0:
-                yield Heartbeat(ts=t, job="bench", rank=r, node=node, step=second // step_s)
+                yield Heartbeat(ts=t, job=job, rank=r, node=node, step=second // step_s)
 
 
-def events_per_node_s(step_s: int = 10) -> float:
-    """Events per node per second of the mix (1 GPU sample + steps + heartbeats)."""
-    return 1 + RANKS_PER_NODE / step_s + RANKS_PER_NODE / HEARTBEAT_S
+def events_per_node_s(step_s: int = 10, *, rdma: bool = False) -> float:
+    """Events per node per second of the mix (1 GPU sample [+ 1 RDMA sample] + steps + heartbeats)."""
+    return 1 + rdma + RANKS_PER_NODE / step_s + RANKS_PER_NODE / HEARTBEAT_S
 
 
 def _producer(servers: str) -> AIOKafkaProducer:

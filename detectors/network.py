@@ -31,6 +31,9 @@ as a network fault on that port (`cause: degraded`) once it persists.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from typing import Any
+
 from detectors.base import Detector
 from detectors.common import Bounded, Snapshottable, finding
 from detectors.dispatch import on
@@ -56,6 +59,16 @@ def _active(state: str) -> bool:
 
 def _errors(p: RdmaPort) -> int:
     return p.symbol_errors + p.rcv_errors + p.link_error_recovery
+
+
+def _base(sample: RdmaSample, p: RdmaPort, grown: int, slow: tuple[bool, float, float] | None) -> dict[str, Any]:
+    """A fail-slow finding's evidence about the port (built only when there is a finding: the hot path)."""
+    base: dict[str, Any] = {"node": sample.node, "device": p.device, "port": p.port, "state": p.state,
+                            "error_growth": grown}
+    if slow is not None:
+        rate, mid = slow[1], slow[2]
+        base.update({"bps": round(rate), "siblings_median_bps": round(mid), "share": round(rate / mid, 3)})
+    return base
 
 
 class NetworkDetector(Detector):
@@ -113,41 +126,61 @@ class NetworkDetector(Detector):
                 out.append(found)
         return out
 
-    def _degraded(self, sample: RdmaSample) -> dict[tuple[str, int], tuple[bool, dict[str, float]]]:
-        """Per port compared with its busy siblings: (slow for `degraded_samples` samples, the figures);
-        ports with no busy siblings to compare with are left out (an idle link says nothing)."""
+    def _degraded(self, sample: RdmaSample) -> dict[tuple[str, int], tuple[bool, float, float]]:
+        """Per port compared with its busy siblings: (slow for `degraded_samples` samples, its rate, the
+        siblings' median); ports with no busy siblings to compare with are left out (an idle link says nothing).
+
+        The sample's active rates are sorted once: a port's siblings are that list less one copy of its own
+        rate, so their median is read off it (one sort per sample, not one per port: the hot path).
+        """
         rates = [p.tx_bps + p.rx_bps if _active(p.state) else None for p in sample.ports]
-        out: dict[tuple[str, int], tuple[bool, dict[str, float]]] = {}
+        active = sorted(r for r in rates if r is not None)
+        if len(active) < 2 or any(r != r for r in active):  # NaN sorts nowhere: each port sorts its own
+            return self._degraded_each(sample, rates)
+        k = (len(active) - 1) // 2  # the median's index among a port's len(active) - 1 siblings
+        out: dict[tuple[str, int], tuple[bool, float, float]] = {}
+        for p, rate in zip(sample.ports, rates):
+            if rate is None:
+                continue
+            mid = active[k] if k < bisect_left(active, rate) else active[k + 1]
+            self._judge_share(sample, p, rate, mid, out)
+        return out
+
+    def _degraded_each(self, sample: RdmaSample, rates: list[float | None]) -> dict[tuple[str, int],
+                                                                                  tuple[bool, float, float]]:
+        """`_degraded` with each port's siblings sorted apart (few active ports, or a NaN rate)."""
+        out: dict[tuple[str, int], tuple[bool, float, float]] = {}
         for i, p in enumerate(sample.ports):
-            key = (sample.node, p.device, p.port)
             rate = rates[i]
             siblings = sorted(r for j, r in enumerate(rates) if j != i and r is not None)
             if rate is None or not siblings:
                 continue
-            mid = siblings[len(siblings) // 2]
-            if mid < self.busy_bps:
-                continue
-            slow = self._slow.get(key)
-            figures = {"bps": round(rate), "siblings_median_bps": round(mid), "share": round(rate / mid, 3)}
-            if rate >= self.degraded_ratio * mid:
-                if slow is not None:
-                    del self._slow[key]  # a healthy busy sample ends the run of slow ones
-                out[(p.device, p.port)] = (False, figures)
-                continue
-            if slow is None:
-                self._slow[key] = slow = [sample.ts, 0.0, 0.0]
-            slow[1] += 1
-            out[(p.device, p.port)] = (slow[1] >= self.degraded_samples, figures)
+            self._judge_share(sample, p, rate, siblings[len(siblings) // 2], out)
         return out
 
+    def _judge_share(self, sample: RdmaSample, p: RdmaPort, rate: float, mid: float,
+                     out: dict[tuple[str, int], tuple[bool, float, float]]) -> None:
+        """One busy-compared port: a healthy share ends its run of slow samples, a low one extends it."""
+        if mid < self.busy_bps:
+            return
+        key = (sample.node, p.device, p.port)
+        slow = self._slow.get(key)
+        if rate >= self.degraded_ratio * mid:
+            if slow is not None:
+                del self._slow[key]  # a healthy busy sample ends the run of slow ones
+            out[(p.device, p.port)] = (False, rate, mid)
+            return
+        if slow is None:
+            self._slow[key] = slow = [sample.ts, 0.0, 0.0]
+        slow[1] += 1
+        out[(p.device, p.port)] = (slow[1] >= self.degraded_samples, rate, mid)
+
     def _fail_slow(self, sample: RdmaSample, p: RdmaPort, grown: int,
-                   slow: tuple[bool, dict[str, float]] | None) -> Anomaly | None:
+                   slow: tuple[bool, float, float] | None) -> Anomaly | None:
         """An error burst or a degraded share: evicting only once it persists or recurs (detectors.persistence)."""
         key = (sample.node, p.device, p.port)
         errors = grown >= self.error_burst
         degraded = slow is not None and slow[0]
-        base = {"node": sample.node, "device": p.device, "port": p.port, "state": p.state, "error_growth": grown,
-                **(slow[1] if slow is not None else {})}
         if errors or degraded:
             verdict = self._persist.bad(key, sample.node, sample.ts)
             if verdict is None:
@@ -157,7 +190,7 @@ class NetworkDetector(Detector):
             onset = min(self._persist.onset(key) or sample.ts, first_slow[0] if first_slow else sample.ts)
             return finding(self.instance, "network", ts=max(sample.ts, self._now), onset=min(onset, sample.ts),
                            job=sample.job, nodes=[sample.node], key=(key, "fail_slow", onset),
-                           evidence={**base, "cause": cause,
+                           evidence={**_base(sample, p, grown, slow), "cause": cause,
                                      **self._persist.evidence(key, sample.node, sample.ts, verdict)})
         healthy = grown == 0 and (slow is not None or len(sample.ports) < 2)
         if not healthy:
@@ -167,7 +200,7 @@ class NetworkDetector(Detector):
             return None
         return finding(self.instance, "network", ts=max(sample.ts, self._now), onset=transient["start"],
                        job=sample.job, nodes=[sample.node], key=(key, "transient", transient["start"]),
-                       score=0.0, evidence={**base, "cause": "fail_slow", **transient})
+                       score=0.0, evidence={**_base(sample, p, grown, slow), "cause": "fail_slow", **transient})
 
     def _check(self, sample: RdmaSample, p: RdmaPort) -> tuple[Anomaly | None, int]:
         """A port down or flapping, confirmed twice; and how much its error counters grew."""

@@ -127,9 +127,16 @@ class StragglerTracker:
         compare whole nodes instead. A node whose every rank is slower than every rank elsewhere, and
         whose mean is `min_rel` above the next node's, is the straggler."""
         by_node: dict[str, list[float]] = {}
+        node_of = p.node_of
         for rank, ratio in zip(ranks, ratios.tolist()):
-            by_node.setdefault(p.node_of.get(rank, ""), []).append(ratio)
-        if len(by_node) < 2 or len(by_node) > 8:
+            node = node_of.get(rank, "")
+            values = by_node.get(node)
+            if values is None:
+                if len(by_node) == 8:
+                    return []  # a large job: its ninth node ends the comparison (no pass over every rank)
+                by_node[node] = values = []
+            values.append(ratio)
+        if len(by_node) < 2:
             return []
         means = sorted(((sum(v) / len(v), n) for n, v in by_node.items()), reverse=True)
         (top, node), (second, _) = means[0], means[1]

@@ -71,7 +71,10 @@ class ClockSkewEstimator:
     every: int = 16  # a new estimate every this many records of a host (the median is not free)
     confirm: int = 3  # consecutive estimates before a verdict changes
     min_hosts: int = 3
-    max_hosts: int = 10_000  # least recently heard hosts are forgotten beyond this
+    # Least recently heard hosts are forgotten beyond this. It must hold every host of the task's largest
+    # job: a 100,000-GPU job is 12,500 hosts in one task, and past the bound each host was forgotten before
+    # its next record, so none ever reached an estimate while every record paid for a new host (issue 23).
+    max_hosts: int = 100_000
     _hosts: OrderedDict[str, _Host] = field(default_factory=OrderedDict)
     _reference: float = 0.0
     _stale: int = 0  # estimates made since the reference was recomputed

@@ -96,7 +96,7 @@ class TaskFactory:
         restored = snapshot.skew if snapshot is not None else None
         if fresh is None or restored is None:
             return fresh
-        restored.bound_s = fresh.bound_s
+        restored.bound_s, restored.max_hosts = fresh.bound_s, fresh.max_hosts  # today's bounds, not the snapshot's
         return restored
 
 

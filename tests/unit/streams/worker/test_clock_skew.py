@@ -196,3 +196,23 @@ def test_a_restored_task_keeps_its_verdicts_and_reports_no_host_twice() -> None:
     for tp in (("gpu", 0), ("logs", 0)):
         fresh.clock.assign(tp)
     assert skews(fresh, fetches[200:]) == ["skewed"]
+
+
+def test_every_host_of_a_100k_gpu_job_is_estimated_and_a_bad_one_among_them_is_found() -> None:
+    """12,500 hosts in one task (one 100,000-GPU job): a bound below that forgot each host before its next
+    record, so nobody was ever estimated and every record paid for a new host (issue 23)."""
+    est = ClockSkewEstimator(bound_s=120.0)
+    hosts = {f"node-{n:05d}": 0.0 for n in range(12_499)} | {"bad": HOUR}
+    found = _feed(est, hosts, 16 * 3)
+    assert len(est) == 12_500
+    assert est.offset("node-00000") is not None and est.offset("node-12498") is not None
+    assert [(f.node, f.state) for f in found] == [("bad", "skewed")]
+
+
+def test_a_restored_estimator_takes_todays_bounds_not_its_snapshots() -> None:
+    old = ClockSkewEstimator(bound_s=60.0, max_hosts=10_000)
+    factory = TaskFactory(topics=Topics("t."), partitions=1, new_pipeline=lambda: DetectionPipeline([]),
+                          new_clock=EventClock, table=NodeJobTable(), new_skew=ClockSkewEstimator)
+    snap = snapshot.Snapshot(DetectionPipeline([]), {}, [], skew=old)
+    restored = factory.build(0, snap).processor.skew
+    assert restored is old and (restored.bound_s, restored.max_hosts) == (120.0, 100_000)
