@@ -20,7 +20,8 @@ An announcement (already checked to be signed by the node it names) counts when:
 
 A newer attempt forgets every key of the older ones, so records of an earlier attempt
 cannot be replayed into the current one. A record counts when a current key signed its
-exact bytes; a checkpoint naming a node must be signed by that node's key; a topology
+exact bytes; a checkpoint naming a node (a peer copy names the node holding it) must name
+a node of the attempt; a topology
 must be signed by one of the nodes it lists, and every node it lists must have announced
 a key for the attempt (no topology is larger than the agents that answered).
 
@@ -195,9 +196,10 @@ class AttemptKeys:
 
 def _fits(record: JobRecord, key_node: str, current: JobKeys) -> Verdict:
     """What a good signature still does not allow: speaking for another node, or listing silent nodes."""
-    if isinstance(record, CheckpointEvent):
-        if record.node and record.node != key_node:
-            return Verdict(f"a checkpoint on node {record.node} signed by node {key_node}'s key")
+    if isinstance(record, CheckpointEvent):  # a peer copy names the machine that holds it: one of the attempt's
+        if record.node and record.node not in current.nodes():
+            return Verdict(f"a copy on node {record.node}, which announced no key for attempt {current.attempt}",
+                           wait=True)
         return Verdict()
     listed = set(record.rank_nodes.values())
     if key_node not in listed:
