@@ -48,7 +48,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import msgspec
 
     from schemas.topics import Topics
-    from streams.act.factory import ACL_TRUST_WARNING, create_action_app
+    from streams.act.factory import ACL_TRUST_WARNING, RECORD_TRUST_WARNING, create_action_app
     from streams.admin import ensure_configured_topics, require_broker
 
     console = Console()
@@ -84,6 +84,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     mode = "dry-run" if dry_run else f"executors {_routes_line(built.core.runner.routes)}"
     if not built.core.worker_keys:
         console.print(f"act: WARNING: {ACL_TRUST_WARNING}")
+    if built.core.job_records_trusted:
+        console.print(f"act: WARNING: {RECORD_TRUST_WARNING}")
     console.print(f"act: {mode}, consuming {topics.name('incidents')} on {settings.broker.servers}")
     try:
         faust.Worker(built.app, loglevel=args.loglevel, quiet=True,
