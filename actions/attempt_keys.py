@@ -90,6 +90,14 @@ class AttemptKeys:
         self.jobs: Bounded[str, JobKeys] = Bounded(max_jobs)
         self.max_held = max_held
         self._held: Bounded[str, deque[Held]] = Bounded(max_jobs)
+        # The highest attempt any node-signed announcement of the job named, believed or not: a job's
+        # agents may be ahead of act (a hot update act did not send), and act's next restart must
+        # then go beyond them, or the agents' adopted attempt would be one act never started.
+        self.announced: Bounded[str, int] = Bounded(max_jobs)
+
+    def saw(self, rec: AttemptKey) -> None:
+        """Note the attempt of a correctly node-signed announcement (before judging it)."""
+        self.announced[rec.job] = max(self.announced.get(rec.job, 0), rec.attempt)
 
     # ------------------------------------------------------------ announcements
 
@@ -181,7 +189,7 @@ class AttemptKeys:
         current = self.jobs.get(job)
         if current is None:
             return {}
-        return {"attempt": current.attempt,
+        return {"attempt": current.attempt, "announced": self.announced.get(job, current.attempt),
                 "keys": {kid: {"node": n, "key": public_b64(k)} for kid, (n, k) in current.keys.items()}}
 
     def restore(self, job: str, state: dict[str, object]) -> None:
@@ -190,6 +198,7 @@ class AttemptKeys:
         if not isinstance(keys, dict):
             return
         current = self.jobs[job] = JobKeys(int(str(state.get("attempt", 0))))
+        self.announced[job] = max(current.attempt, int(str(state.get("announced", 0))))
         for kid, entry in keys.items():
             current.keys[str(kid)] = (str(entry["node"]), public_from_b64(str(entry["key"])))
 

@@ -154,6 +154,8 @@ class ActCore:
         self.attempt_keys = AttemptKeys(max_jobs=max_jobs)
         for job, state in runner.journal.states(KEYS_PREFIX).items():
             self.attempt_keys.restore(job, state)
+        reported = runner.reported_attempt  # a restart goes beyond any attempt the job's agents announced
+        runner.reported_attempt = lambda job: max(reported(job), self.attempt_keys.announced.get(job, 0))
 
     def save_state(self) -> None:
         """Journal what observing records changed and is not journaled as it happens (ETTR); the loop
@@ -182,9 +184,12 @@ class ActCore:
         if isinstance(record, OperatorCommand):
             return self._operator_problem(record, value, headers)
         if isinstance(record, AttemptKey):  # the announcing node's own signature, then act's own memory
+            if problem := signed_by_node(self.node_keys, value, headers, record.node):
+                return problem
+            self.attempt_keys.saw(record)
             members = self.runner.members(record.job) if record.attempt == 0 else None
-            return signed_by_node(self.node_keys, value, headers, record.node) or self.attempt_keys.key_problem(
-                record, commanded=self.runner.last_restart(record.job), members=members)
+            return self.attempt_keys.key_problem(record, commanded=self.runner.last_restart(record.job),
+                                                 members=members)
         return ""
 
     def _job_record_trusted(self, held: Held) -> bool:

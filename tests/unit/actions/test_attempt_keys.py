@@ -263,3 +263,20 @@ def test_trusting_job_records_by_acl_is_an_explicit_choice(tmp_path: Path) -> No
         assert not events(audit, "topology_rejected")
     finally:
         core.close()
+
+
+def test_agents_ahead_of_act_are_refused_and_acts_next_restart_goes_beyond_them(tmp_path: Path) -> None:
+    """An operator's hot update act did not send moved the agents to attempt 5: their keys are refused
+    (act never started it), and act's next restart must be attempt 6, which they adopt and act believes
+    (found by the demo: a restart to attempt 5 would have left the agents at 6, unverifiable)."""
+    core, audit, node_dir = _core(tmp_path, spares=["s0"])
+    try:
+        assert not _announce(core, node_dir, Attempt("j0", 5, "j0n0"))
+        assert "act never started attempt 5" in events(audit, "attempt_key_rejected")[0].detail["reason"]
+        core.decide(hw("j0", "j0n1"))
+        core.close()
+        attempt, nodes = core.runner.last_restart("j0") or (0, [])
+        assert attempt == 6 and "j0n0" in nodes
+        assert _announce(core, node_dir, Attempt("j0", 6, "j0n0"))
+    finally:
+        core.close()
