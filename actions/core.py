@@ -33,6 +33,15 @@ journaled until they expire, so a restarted act refuses a replay too);
 anything else is audited as `operator_rejected`. A node returns to the
 standby pool only on a self-check verdict act holds itself (`selfchecks` in
 the journal): a check act ran, or a result the node's own agent signed.
+
+Checkpoint and topology records count only when signed by a key the job's
+current attempt announced (`actions.attempt_keys`: each agent mints one per
+start of its training process and announces it node-signed in an
+`AttemptKey`); a record whose key may still be on its way is held and judged
+again when the job's next key arrives. Refused ones are audited
+(`checkpoint_rejected`, `topology_rejected`, `attempt_key_rejected`), held ones
+too (`checkpoint_held`, `topology_held`). `security.job_records_trusted_by_acl`
+switches this off for installs without agents (act warns).
 """
 
 from __future__ import annotations
@@ -44,6 +53,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
+from actions.attempt_keys import PREFIX as KEYS_PREFIX
+from actions.attempt_keys import AttemptKeys, Held
 from actions.engine import DecisionEngine
 from actions.ettr import EttrAccount
 from actions.knowledge import JobKnowledge
@@ -54,6 +65,7 @@ from detectors.common import Bounded, bounded_evictions
 from schemas.actions import AGENT_TRANSLATION
 from schemas.records import (
     ActionResult,
+    AttemptKey,
     AuditEntry,
     CheckpointEvent,
     Decision,
@@ -120,7 +132,8 @@ class ActCore:
                  operator_max_age_s: float = DEFAULT_MAX_AGE_S, node_keys: KeyRing | None = None,
                  worker_keys: KeyRing | None = None, durable: Callable[[], object] | None = None,
                  clock: Callable[[], float] = time.time, record_skew_s: float = 600.0,
-                 console_keys: KeyRing | None = None, max_clock_skew_s: float = 30.0) -> None:
+                 console_keys: KeyRing | None = None, max_clock_skew_s: float = 30.0,
+                 job_records_trusted: bool = False) -> None:
         self.engine = engine
         self.runner = runner
         self.knowledge = knowledge
@@ -143,6 +156,12 @@ class ActCore:
         self.record_skew_s = record_skew_s
         self.console_keys = console_keys or KeyRing()  # empty: no operator command is ever applied
         self.max_clock_skew_s = max_clock_skew_s
+        self.job_records_trusted = job_records_trusted  # True: checkpoints and topologies unsigned (ACLs alone)
+        self.attempt_keys = AttemptKeys(max_jobs=max_jobs)
+        for job, state in runner.journal.states(KEYS_PREFIX).items():
+            self.attempt_keys.restore(job, state)
+        reported = runner.reported_attempt  # a restart goes beyond any attempt the job's agents announced
+        runner.reported_attempt = lambda job: max(reported(job), self.attempt_keys.announced.get(job, 0))
 
     def save_state(self) -> None:
         """Journal what observing records changed and is not journaled as it happens (ETTR); the loop
@@ -155,6 +174,8 @@ class ActCore:
     def trusts(self, record: Record, value: bytes, headers: Sequence[tuple[str, bytes]] | None, *,
                topic: str = "", offset: int = -1) -> bool:
         """Whether `record` (exactly `value`, as received with `headers`) may be acted on; audit it if not."""
+        if isinstance(record, (CheckpointEvent, JobTopology)) and not self.job_records_trusted:
+            return self._job_record_trusted(Held(record, value, list(headers or []), topic, offset))
         problem = self._distrust(record, value, headers)
         if problem:
             self._reject(record, problem, topic, offset)
@@ -168,7 +189,53 @@ class ActCore:
             return self.worker_keys.check(value, headers)[1]
         if isinstance(record, OperatorCommand):
             return self._operator_problem(record, value, headers)
+        if isinstance(record, AttemptKey):  # the announcing node's own signature, then act's own memory
+            if problem := signed_by_node(self.node_keys, value, headers, record.node):
+                return problem
+            self.attempt_keys.saw(record)
+            members = self.runner.members(record.job) if record.attempt == 0 else None
+            return self.attempt_keys.key_problem(record, commanded=self.runner.last_restart(record.job),
+                                                 members=members)
         return ""
+
+    def _job_record_trusted(self, held: Held) -> bool:
+        """Whether a checkpoint or topology is signed by its job's current attempt; hold it while its key
+        may be on its way, audit it when held or refused."""
+        verdict = self.attempt_keys.verify(held.record, held.value, held.headers)
+        kind = "checkpoint" if isinstance(held.record, CheckpointEvent) else "topology"
+        if verdict.wait:
+            self._audit_job_record(f"{kind}_held", held, verdict.problem)
+            if (out := self.attempt_keys.hold(held)) is not None:
+                name = "checkpoint" if isinstance(out.record, CheckpointEvent) else "topology"
+                self._audit_job_record(f"{name}_rejected", out, "held too long: no key of the job's current "
+                                       f"attempt vouched for it ({self.attempt_keys.max_held} records waiting)")
+        elif verdict.problem:
+            self._audit_job_record(f"{kind}_rejected", held, verdict.problem)
+        return not verdict.problem
+
+    def _audit_job_record(self, event: str, held: Held, reason: str) -> None:
+        record = held.record
+        detail: dict[str, object] = {"job": record.job, "reason": reason, "topic": held.topic,
+                                     "offset": held.offset, "key_id": dict(held.headers).get("tg-kid", b"").decode(
+                                         errors="replace")}
+        if isinstance(record, CheckpointEvent):
+            detail.update(step=record.step, path=record.path, status=record.status, node=record.node)
+        else:
+            detail.update(nodes=sorted(set(record.rank_nodes.values())), world_size=record.world_size)
+        self.publish(AuditEntry(ts=time.time(), event=event, subject_id=record.job, actor="trainguard-act",
+                                detail=detail))
+
+    def _admit_key(self, key: AttemptKey) -> None:
+        """Believe a trusted announcement (journaled), then judge again the records held for its job."""
+        released = self.attempt_keys.admit(key)
+        self.runner.journal.put_state(KEYS_PREFIX + key.job, self.attempt_keys.snapshot(key.job))
+        self.publish(AuditEntry(ts=time.time(), event="attempt_key_accepted", subject_id=key.key_id,
+                                actor="trainguard-act",
+                                detail={"job": key.job, "attempt": key.attempt, "node": key.node,
+                                        "trust": "first use" if key.attempt == 0 else "restart act sent"}))
+        for held in released:
+            if self._job_record_trusted(held):
+                self.observe(held.record)
 
     def _not_a_target(self, result: ActionResult) -> str:
         """Why a node's signed result is not an answer to a command that addressed it ("" if it is).
@@ -205,9 +272,10 @@ class ActCore:
         return problem
 
     def _reject(self, record: Record, problem: str, topic: str, offset: int) -> None:
-        event = {ActionResult: "result_rejected", OperatorCommand: "operator_rejected"}.get(type(record),
-                                                                                             "incident_rejected")
+        event = {ActionResult: "result_rejected", OperatorCommand: "operator_rejected",
+                 AttemptKey: "attempt_key_rejected"}.get(type(record), "incident_rejected")
         subject = record.command_id if isinstance(record, ActionResult) else getattr(record, "id", "")
+        subject = record.key_id if isinstance(record, AttemptKey) else subject
         detail = {"job": getattr(record, "job", ""), "node": getattr(record, "node", ""),
                   "reason": problem, "topic": topic, "offset": offset}
         if isinstance(record, OperatorCommand):  # what the unverified command claimed, for the audit trail
@@ -235,6 +303,8 @@ class ActCore:
                                             "message": record.message}))
         elif isinstance(record, OperatorCommand):
             self.operate(record)
+        elif isinstance(record, AttemptKey):
+            self._admit_key(record)
 
     # ------------------------------------------------------------ operators
 

@@ -89,6 +89,9 @@ class PlanRunner:
         # same `attempt` as the nodes that stay, or detectors would see two jobs' worth of steps.
         self.reported_attempt = reported_attempt or (lambda job: 0)
         self.attempts: Bounded[str, int] = Bounded(max_jobs)
+        # Per job, the last restart act sent: (its attempt, the nodes it went to). Only those nodes
+        # may announce a key for that attempt (`actions.attempt_keys`).
+        self.commanded: Bounded[str, tuple[int, list[str]]] = Bounded(max_jobs)
         # Per job, every (replaced node, spare) swap in order: the job's members are its topology
         # with these applied, whatever the pool did since (a returned node is no member again).
         self.replacements: Bounded[str, list[tuple[str, str]]] = Bounded(max_jobs)
@@ -282,6 +285,8 @@ class PlanRunner:
             why = f"no target node could be resolved for {step.action} (job {decision.job or '?'} topology unknown)"
             self._audit("escalation", decision.id, {"incident": decision.incident_id, "step": idx, "reason": why})
             return self._result(decision, idx, step.action, "failed", why + "; nothing sent, escalated")
+        if isinstance(params.get("attempt"), int):  # journaled with the intent below
+            self.commanded[decision.job] = (params["attempt"], list(targets))
         command_id, now = new_command_id(f"{decision.id}-{idx}"), self.clock()
         if step.action in REMOVES_NODE:
             if blocked := self._reserve(decision, idx, nodes, command_id, now):
@@ -421,6 +426,18 @@ class PlanRunner:
         return job_members(topo.nodes, self.replacements.get(job, []), gone=self.evicted.get(job, set()),
                            ready_spares=set(self.rails.pool.spares))
 
+    def last_restart(self, job: str) -> tuple[int, list[str]] | None:
+        """(attempt, nodes) of the last restart act sent `job`; None if it never restarted it."""
+        with self.lock:
+            return self.commanded.get(job)
+
+    def members(self, job: str) -> list[str] | None:
+        """The job's nodes by its topology with every swap applied; None while no topology is known."""
+        with self.lock:
+            topo = self.topologies.get(job)
+            return None if topo is None else job_members(topo.nodes, self.replacements.get(job, []),
+                                                         gone=set(), ready_spares=set())
+
     def _next_attempt(self, job: str) -> int:
         nxt = max(self.attempts.get(job, 0), self.reported_attempt(job)) + 1
         self.attempts[job] = nxt
@@ -460,6 +477,8 @@ class PlanRunner:
             self.evicted[job] = set(nodes)
         for job, attempt in state.get("attempts", {}).items():
             self.attempts[job] = int(attempt)
+        for job, (attempt, nodes) in state.get("commanded", {}).items():
+            self.commanded[job] = (int(attempt), [str(n) for n in nodes])
         for job, swaps in state.get("replacements", {}).items():
             self.replacements[job] = [(str(old), str(new)) for old, new in swaps]
 
@@ -471,6 +490,7 @@ class PlanRunner:
                 "pool": self.rails.pool.snapshot(),
                 "cooldown": self.rails.cooldown.snapshot(),
                 "evicted": {j: sorted(ns) for j, ns in self.evicted.items()}, "attempts": dict(self.attempts),
+                "commanded": {j: [a, ns] for j, (a, ns) in self.commanded.items()},
                 "replacements": {j: [list(p) for p in ps] for j, ps in self.replacements.items()}}
 
 

@@ -40,6 +40,10 @@ class SecuritySettings(BaseModel):
                                            "act refuses to start without them unless incidents_trusted_by_acl")
     incidents_trusted_by_acl: bool = Field(False, description="with no worker_public_keys, act acts on ANY record "
                                            "on the incidents topic: only Kafka ACLs stop a forger (act warns)")
+    job_records_trusted_by_acl: bool = Field(False, description="act uses checkpoint and topology records nobody "
+                                             "signed (jobs not run under `trainguard run`): any writer of the "
+                                             "checkpoints/training topics can then announce them for any job "
+                                             "(act warns)")
     console_private_key: Path | None = Field(None, description="the console's key that signs operator commands "
                                              "(console only)")
     console_public_keys: list[Path] = Field(default_factory=list,

@@ -345,6 +345,24 @@ class CustomMetric(Observed, tag="custom", frozen=True):
             msgspec.structs.force_setattr(self, "values", {k: float(v) for k, v in self.values.items()})
 
 
+class AttemptKey(Observed, tag="attempt_key", frozen=True):
+    """A node agent's announcement of the key one attempt of its job signs with.
+
+    The agent mints an Ed25519 pair each time it starts the training process and
+    hands the private half to it as a file; this record carries the public half,
+    signed with the agent's *node* key (so only that node's agent can announce
+    it). act then accepts the job's checkpoint and topology records only when one
+    of the current attempt's announced keys signed them (`actions.attempt_keys`).
+    `key_id` is `<job>/<attempt>/<node>/<random>`: a fresh id per start.
+    """
+
+    job: JobName
+    attempt: Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]
+    node: Name
+    key_id: Annotated[str, msgspec.Meta(max_length=512)]
+    public_key: Annotated[str, msgspec.Meta(max_length=64)]  # base64 of the raw 32-byte Ed25519 key
+
+
 class JobTopology(Observed, tag="topology", frozen=True):
     """The job's parallel layout and where each rank runs."""
 

@@ -21,10 +21,12 @@ claiming to come from node n1 was signed by n1 and by no other node.
 from __future__ import annotations
 
 import base64
+import os
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -132,6 +134,27 @@ def command_problem(cmd: ActionCommand | OperatorCommand, *, now: float, seen: I
     return ""
 
 
+def attempt_key_id(job: str, attempt: int, node: str, nonce: str) -> str:
+    """The id of the key one attempt of `job` signs with on `node`: `<job>/<attempt>/<node>/<nonce>`.
+
+    Job and node are percent-encoded, so a name holding a `/` cannot make one id read as another.
+
+    >>> attempt_key_id("llm", 3, "gpu/7", "9f2c")
+    'llm/3/gpu%2F7/9f2c'
+    >>> parse_key_id(attempt_key_id("llm", 3, "gpu/7", "9f2c")), parse_key_id("n1")
+    (('llm', 3, 'gpu/7'), None)
+    """
+    return f"{quote(job, safe='')}/{attempt}/{quote(node, safe='')}/{nonce}"
+
+
+def parse_key_id(kid: str) -> tuple[str, int, str] | None:
+    """(job, attempt, node) of an attempt key id; None if `kid` is none."""
+    parts = kid.split("/")
+    if len(parts) != 4 or not parts[1].isdigit() or not all(parts):
+        return None
+    return unquote(parts[0]), int(parts[1]), unquote(parts[2])
+
+
 # ------------------------------------------------------------------ key files
 
 
@@ -150,6 +173,36 @@ def generate(directory: Path, key_id: str) -> tuple[Path, Path]:
     public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
                                                      serialization.PublicFormat.SubjectPublicKeyInfo))
     return private, public
+
+
+def write_private_key(path: Path, key: Ed25519PrivateKey) -> None:
+    """Write `key` (PKCS#8 PEM) to a new file created mode 0600: never readable by others, not even briefly."""
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(pem)
+
+
+def public_b64(key: Ed25519PublicKey) -> str:
+    """The raw 32 bytes of a public key, base64 (how a record carries it).
+
+    >>> k = Ed25519PrivateKey.generate().public_key()
+    >>> public_from_b64(public_b64(k)) == k
+    True
+    """
+    return base64.b64encode(key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)).decode()
+
+
+def public_from_b64(text: str) -> Ed25519PublicKey:
+    """The public key `public_b64` wrote; ValueError for anything else."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not base64 ({exc})") from None
+    if len(raw) != 32:
+        raise ValueError(f"an Ed25519 public key has 32 bytes, not {len(raw)}")
+    return Ed25519PublicKey.from_public_bytes(raw)
 
 
 def load_signer(path: Path, key_id: str = "") -> Signer:

@@ -16,7 +16,7 @@ from schemas.records import Record
 
 # logical topic -> record tags it carries
 TOPIC_RECORDS: dict[str, tuple[str, ...]] = {
-    "training": ("step", "heartbeat", "phase", "topology", "stack"),
+    "training": ("step", "heartbeat", "phase", "topology", "stack", "attempt_key"),
     "checkpoints": ("checkpoint",),
     "gpu": ("gpu_sample",),
     "rdma": ("rdma_sample",),
@@ -40,7 +40,7 @@ TOPIC_OF_TAG: dict[str, str] = {tag: topic for topic, tags in TOPIC_RECORDS.item
 # A record keyed to the wrong job's partition is re-keyed through it too, whatever its type.
 INTERNAL_RECORDS: dict[str, tuple[str, ...]] = {"node-events": ("gpu_sample", "rdma_sample", "log", "node_condition",
                                                                   "custom", "step", "heartbeat", "phase", "topology",
-                                                                  "stack", "checkpoint")}
+                                                                  "stack", "checkpoint", "attempt_key")}
 STATE_TOPICS: tuple[str, ...] = ("node-events", "node-jobs", "worker-state", "act-state")
 TOPIC_CONFIGS: dict[str, dict[str, str]] = {"worker-state": {"cleanup.policy": "compact"},
                                             "node-jobs": {"cleanup.policy": "compact"},

@@ -82,10 +82,17 @@ class TestKeys:
                 generate(self.root / "nodes", name)
         return self
 
-    def security(self) -> dict[str, Any]:
-        """The `security:` section using these keys."""
+    def security(self, *, job_records: str = "trusted") -> dict[str, Any]:
+        """The `security:` section using these keys.
+
+        `job_records="trusted"` (what most tests need) sets `job_records_trusted_by_acl: true`
+        explicitly: those tests hand-write a job's checkpoints and topologies, playing a job that
+        runs without `trainguard run` agents (nobody mints attempt keys). `"signed"` leaves the
+        product default: act uses only records signed by the job's current attempt.
+        """
         (self.root / "nodes").mkdir(exist_ok=True)
-        return {"act_private_key": str(self.root / "act.key"), "act_public_keys": [str(self.root / "act.pub")],
+        trust = {"job_records_trusted_by_acl": True} if job_records == "trusted" else {}
+        return {**trust, "act_private_key": str(self.root / "act.key"), "act_public_keys": [str(self.root / "act.pub")],
                 "node_private_key": str(self.root / "nodes" / "{node}.key"),
                 "node_public_keys": [str(self.root / "nodes")],
                 "console_private_key": str(self.root / "console.key"),
@@ -101,9 +108,9 @@ class TestKeys:
 
         return load_signer(self.root / "worker.key").headers(value) if isinstance(record, Incident) else None
 
-    def env(self, **extra: Any) -> dict[str, str]:
+    def env(self, *, job_records: str = "trusted", **extra: Any) -> dict[str, str]:
         """The `security:` section as TRAINGUARD_SECURITY__* variables, for a `trainguard` subprocess."""
-        section = {**self.security(), **extra}
+        section = {**self.security(job_records=job_records), **extra}
         return {f"TRAINGUARD_SECURITY__{k.upper()}": json.dumps(v) if isinstance(v, list) else str(v)
                 for k, v in section.items()}
 

@@ -16,6 +16,12 @@ thread is stuck in a collective, so a hang shows as beats whose `step` no
 longer moves. SIGUSR1 makes the process dump every thread's stack through
 `faulthandler` (into `$TRAINGUARD_STACK_DIR/<pid>.txt` when the agent set
 it), which is how `trainguard run` samples stacks without py-spy.
+
+Under `trainguard run` the process is handed its attempt's key as a file
+(TRAINGUARD_ATTEMPT_KEY_FILE, id in TRAINGUARD_ATTEMPT_KEY_ID) and the hook
+signs what it publishes with it: act uses a job's checkpoint and topology
+records only when its current attempt signed them. Without the file records
+go unsigned (act refuses those unless `security.job_records_trusted_by_acl`).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import IO, Any
 
 from collectors.sink import ClosingSink
 from schemas.records import CheckpointEvent, Heartbeat, JobTopology, Phase, PhaseChange, Record, TrainingStep
+from schemas.signing import KeyFileError, Signer, load_signer
 from schemas.topics import Topics
 from trainguard.topology import Placement, coordinates, placement
 
@@ -248,11 +255,28 @@ class TrainingMonitor:
             log.error("trainguard hook: broker security settings unusable (%s); spooling to disk", exc)
             kafka = {}
         return Publisher(servers=self.env.get("TRAINGUARD_BROKER__BOOTSTRAP") or "127.0.0.1:9092",
+                         signer=attempt_signer(self.env),
                          topics=Topics(self.env.get("TRAINGUARD_TOPICS__PREFIX", "tg.")),
                          spool_dir=base / f"hook-{self.job}-{self.where.rank}",
                          linger_s=1.0,  # one produce round trip per second keeps the CPU cost < 1%
                          client_id=f"trainguard-hook-{self.job}-{self.where.rank}", client_options=kafka,
                          sync=self.env.get("TRAINGUARD_COLLECTORS__SPOOL_SYNC", "process"))
+
+
+def attempt_signer(env: Mapping[str, str]) -> Signer | None:
+    """The attempt key `trainguard run` handed this process (a file path, never the key in the environment).
+
+    None without one; an unreadable file is logged and records go unsigned: telemetry must never
+    stop training, and act refuses what it cannot verify (audited), so nothing is trusted by mistake.
+    """
+    path, kid = env.get("TRAINGUARD_ATTEMPT_KEY_FILE"), env.get("TRAINGUARD_ATTEMPT_KEY_ID", "")
+    if not path:
+        return None
+    try:
+        return load_signer(Path(path), key_id=kid)
+    except KeyFileError as exc:
+        log.error("trainguard hook: attempt key unusable (%s); checkpoint and topology records go unsigned", exc)
+        return None
 
 
 def monitor(job: str, **kwargs: Any) -> TrainingMonitor:

@@ -27,12 +27,23 @@ it); a replayed id a "skipped" result. Accepted ids are remembered in the
 state file before execution. Every record the agent publishes is signed
 with its own node key by its `Publisher`, so act can tell its results from
 forgeries. No key ever reaches the training process's environment.
+
+Each start of the training process is an attempt with its own key: the agent
+mints an Ed25519 pair, writes the private half to a fresh file (mode 0600, in
+a 0700 directory of its state dir) whose *path* it passes as
+TRAINGUARD_ATTEMPT_KEY_FILE (and its id as TRAINGUARD_ATTEMPT_KEY_ID), and
+announces the public half in an `AttemptKey` signed with its node key. The
+hook signs the job's checkpoint and topology records with it, and act believes
+those only when signed by a key of the job's current attempt
+(`actions.attempt_keys`). The previous attempt's key file is deleted at each
+start and when the agent closes: the key dies with its attempt.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
 import subprocess
 import threading
 import time
@@ -41,6 +52,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from collectors.agent.error_file import COMMANDED, SILENT_STARTUP, Attempt
 from collectors.agent.hang_watch import HangWatch, progress_rank, read_progress
@@ -51,8 +63,8 @@ from collectors.settings import AgentConfig
 from collectors.sink import RecordSink
 from collectors.stacks import StackSampler
 from schemas.actions import AGENT_VERBS
-from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent, StackSample
-from schemas.signing import KeyRing, Received, command_problem
+from schemas.records import ActionCommand, ActionResult, AttemptKey, AuditEntry, LogEvent, StackSample
+from schemas.signing import KeyRing, Received, attempt_key_id, command_problem, public_b64, write_private_key
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +111,7 @@ class Agent:
         self._sampling = threading.Lock()
         self.proc = ProcessSupervisor(argv=argv, on_line=self._on_line)
         self.error_dir = state_dir / "errors"
+        self.key_dir = state_dir / "attempt-keys" / f"{job}-{node}"
         self._env = env
         self.attempt: Attempt | None = None
         self.exit_code: int | None = None
@@ -149,6 +162,7 @@ class Agent:
         for close in self._closers:
             close()
         self._closers = []
+        self._forget_attempt_keys()
 
     # ------------------------------------------------------------ process
 
@@ -162,10 +176,32 @@ class Agent:
         for stale in self.progress_dir.glob("*.json"):
             stale.unlink(missing_ok=True)  # the previous attempt's processes: gone
         env = {**self.state.child_env(), "TRAINGUARD_STACK_DIR": str(self.stack_dir),
-               "TRAINGUARD_PROGRESS_DIR": str(self.progress_dir), **self.attempt.env()}
+               "TRAINGUARD_PROGRESS_DIR": str(self.progress_dir), **self.attempt.env(), **self._mint_attempt_key()}
         pid = self.proc.start(env)
         log.info("started %s (pid %d, attempt %d)", " ".join(self.proc.argv), pid, self.state.attempt)
         return pid
+
+    def _mint_attempt_key(self) -> dict[str, str]:
+        """A fresh key for this start of the training process: file for it, announcement for act.
+
+        Announced before the process starts, so its first records rarely overtake it (act holds
+        those that do until it arrives). The previous start's key file is deleted first.
+        """
+        self._forget_attempt_keys()
+        self.key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.key_dir.chmod(0o700)  # an existing directory keeps its mode: make sure
+        nonce = secrets.token_hex(8)
+        kid = attempt_key_id(self.job, self.state.attempt, self.node, nonce)
+        path = self.key_dir / f"{self.state.attempt}-{nonce}.key"
+        key = Ed25519PrivateKey.generate()
+        write_private_key(path, key)
+        self.sink.publish(AttemptKey(ts=self._clock(), job=self.job, attempt=self.state.attempt, node=self.node,
+                                     key_id=kid, public_key=public_b64(key.public_key())))
+        return {"TRAINGUARD_ATTEMPT_KEY_FILE": str(path), "TRAINGUARD_ATTEMPT_KEY_ID": kid}
+
+    def _forget_attempt_keys(self) -> None:
+        for old in self.key_dir.glob("*.key"):
+            old.unlink(missing_ok=True)
 
     def check_exit(self) -> int | None:
         """The exit code once the child has exited; publishes it once as a LogEvent."""

@@ -49,6 +49,11 @@ ACL_TRUST_WARNING = ("incidents are NOT verified (security.incidents_trusted_by_
                      "the incidents topic is acted on; only Kafka ACLs stop a forger. Set "
                      "security.worker_public_keys to act only on incidents the worker signed")
 
+RECORD_TRUST_WARNING = ("checkpoint and topology records are NOT verified (security.job_records_trusted_by_acl, or a "
+                        "dry run without node keys): anyone who may write the checkpoints or training topics can "
+                        "choose any job's restore point, restart targets and size. Run jobs under `trainguard run` "
+                        "(their records are signed per attempt) and leave the setting false")
+
 
 @dataclass
 class ActionApp:
@@ -126,11 +131,16 @@ def build_core(settings: ActConfig, *, executors: list[str], dry_run: bool, on_d
                    on_decision=on_decision, plan_workers=cfg.plan_workers, max_jobs=cfg.max_jobs,
                    operator_max_age_s=cfg.operator_max_age_s, node_keys=node_keys, worker_keys=worker_keys,
                    durable=durable, console_keys=sec.ring("console"), max_clock_skew_s=sec.max_clock_skew_s,
-                   record_skew_s=cfg.record_skew_s)
+                   record_skew_s=cfg.record_skew_s,
+                   job_records_trusted=sec.job_records_trusted_by_acl or (dry_run and not node_keys))
     if not worker_keys:
         log.warning("act: %s", ACL_TRUST_WARNING)
         if metrics is not None:
             metrics.incidents_trusted_by_acl(True)
+    if core.job_records_trusted:
+        log.warning("act: %s", RECORD_TRUST_WARNING)
+        if metrics is not None:
+            metrics.job_records_trusted_by_acl(True)
     if not core.console_keys:
         log.warning("act: security.console_public_keys is empty: every operator command is refused and audited")
 

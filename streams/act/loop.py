@@ -41,7 +41,7 @@ from aiokafka.errors import KafkaError
 from actions.core import ActCore
 from schemas.codec import Codec, DecodeError
 from schemas.kafka_config import BrokerSettings, client_options
-from schemas.records import ActionResult, Incident, OperatorCommand, Record
+from schemas.records import ActionResult, AttemptKey, CheckpointEvent, Incident, JobTopology, OperatorCommand, Record
 from schemas.topics import Topics
 from streams import kafka_io
 from streams.settings import ActConfig
@@ -130,9 +130,10 @@ class ActLoop:
 
     def _trusted(self, record: Record, message: ConsumerRecord[Any, Any]) -> bool:
         """Signatures: an agent's result must be signed by its node, an operator command by the console,
-        an incident by the worker where `security.worker_public_keys` asks for it (the exact bytes and
-        headers as received)."""
-        if not isinstance(record, (ActionResult, Incident, OperatorCommand)):
+        an incident by the worker where `security.worker_public_keys` asks for it, an attempt key by its
+        node, a checkpoint or topology by its job's current attempt (the exact bytes and headers as received)."""
+        if not isinstance(record, (ActionResult, Incident, OperatorCommand, AttemptKey, CheckpointEvent,
+                                   JobTopology)):
             return True
         return self.core.trusts(record, message.value, _headers(message), topic=message.topic, offset=message.offset)
 

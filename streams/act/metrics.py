@@ -46,6 +46,13 @@ class ActionMetrics:
         self._unverified = Gauge("trainguard_act_incidents_unverified",
                                  "1 while incidents are trusted by Kafka ACLs alone (incidents_trusted_by_acl)",
                                  registry=self.registry)
+        self._records_unverified = Gauge("trainguard_act_job_records_unverified",
+                                         "1 while checkpoint and topology records are trusted by Kafka ACLs alone "
+                                         "(security.job_records_trusted_by_acl)", registry=self.registry)
+
+    def job_records_trusted_by_acl(self, unverified: bool) -> None:
+        """1 while act uses checkpoint and topology records without an attempt key's signature."""
+        self._records_unverified.set(1 if unverified else 0)
 
     def rollout(self, kinds: Mapping[str, str], rules: Mapping[str, str]) -> None:
         """1 for each kind's (and each overridden rule's) current mode, 0 for its other modes, so

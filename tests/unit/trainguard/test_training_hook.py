@@ -5,13 +5,17 @@ from __future__ import annotations
 import math
 import threading
 import time
+from pathlib import Path
 
+import pytest
 import torch
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from list_sink import ListSink
 
 from schemas.codec import Codec
 from schemas.records import CheckpointEvent, Heartbeat, JobTopology, PhaseChange, TrainingStep
-from trainguard.training_hook import TrainingMonitor, param_checksum
+from schemas.signing import KeyRing, write_private_key
+from trainguard.training_hook import TrainingMonitor, attempt_signer, param_checksum
 
 ENV = {"RANK": "2", "WORLD_SIZE": "4", "NODE_NAME": "gpu-3", "TRAINGUARD_ATTEMPT": "2",
        "TRAINGUARD_CODE_VERSION": "v7"}
@@ -74,3 +78,29 @@ def test_heartbeat_keeps_beating_while_the_main_thread_is_stuck() -> None:
     assert {b.step for b in beats[1:]} == {1}
     assert beats[-1].ts > beats[1].ts
     assert time.time() >= beats[-1].ts
+
+
+def test_the_hooks_default_publisher_signs_with_the_attempt_key_the_agent_handed_over(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The signer comes from the file the agent wrote (path and id in the environment); no file: unsigned,
+    an unreadable one: unsigned and said, never a crash of the training."""
+    key = Ed25519PrivateKey.generate()
+    write_private_key(tmp_path / "0-ab.key", key)
+    env = {"TRAINGUARD_ATTEMPT_KEY_FILE": str(tmp_path / "0-ab.key"), "TRAINGUARD_ATTEMPT_KEY_ID": "j/0/n1/ab"}
+    signer = attempt_signer(env)
+    assert signer is not None and signer.key_id == "j/0/n1/ab"
+    assert KeyRing({"j/0/n1/ab": key.public_key()}).check(b"v", signer.headers(b"v")) == ("j/0/n1/ab", "")
+    assert attempt_signer({}) is None
+    (tmp_path / "bad.key").write_text("not a key")
+    assert attempt_signer({"TRAINGUARD_ATTEMPT_KEY_FILE": str(tmp_path / "bad.key")}) is None
+    assert "attempt key unusable" in caplog.text
+    mon = TrainingMonitor(job="j", env={**ENV, "RANK": "0", **env,
+                                        "TRAINGUARD_COLLECTORS__SPOOL_DIR": str(tmp_path / "spool"),
+                                        "TRAINGUARD_BROKER__BOOTSTRAP": "127.0.0.1:1"},
+                          install_stack_signal=False, heartbeat_interval_s=60)
+    try:
+        used = mon._sink._signer  # type: ignore[attr-defined]  # what every record it publishes is signed with
+        assert used.key_id == "j/0/n1/ab"
+        assert KeyRing({"j/0/n1/ab": key.public_key()}).check(b"v", used.headers(b"v")) == ("j/0/n1/ab", "")
+    finally:
+        mon.close(timeout_s=0.1)

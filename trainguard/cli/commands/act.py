@@ -51,7 +51,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import msgspec
 
     from schemas.topics import Topics
-    from streams.act.factory import ACL_TRUST_WARNING, create_action_app
+    from streams.act.factory import ACL_TRUST_WARNING, RECORD_TRUST_WARNING, create_action_app
     from streams.admin import ensure_configured_topics, require_broker
 
     console = Console()
@@ -88,6 +88,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     mode = "dry-run" if dry_run else f"executors {_routes_line(built.core.runner.routes)}"
     if not built.core.worker_keys:
         console.print(f"act: WARNING: {ACL_TRUST_WARNING}")
+    if built.core.job_records_trusted:
+        console.print(f"act: WARNING: {RECORD_TRUST_WARNING}")
     console.print(f"act: {mode}, consuming {topics.name('incidents')} on {settings.broker.servers}")
     console.print(f"act: rollout {_rollout_line(built.core.runner.rails.rollout)}")
     try:

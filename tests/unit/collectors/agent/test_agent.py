@@ -19,8 +19,8 @@ from list_sink import ListSink
 
 from collectors.agent.node_agent import Agent
 from schemas.codec import Codec
-from schemas.records import ActionCommand, ActionResult, AuditEntry, LogEvent
-from schemas.signing import KeyRing, Received, Signer
+from schemas.records import ActionCommand, ActionResult, AttemptKey, AuditEntry, LogEvent
+from schemas.signing import KeyRing, Received, Signer, attempt_key_id, load_signer, public_from_b64
 
 ACT = Signer("act", Ed25519PrivateKey.generate())
 EVIL = Signer("act", Ed25519PrivateKey.generate())  # claims act's key id, holds another key
@@ -257,3 +257,37 @@ def test_an_exit_act_commanded_says_so_and_a_crash_does_not(make_agent) -> None:
         time.sleep(0.05)
     [death] = [e for e in crash_sink.records if isinstance(e, LogEvent) and e.category == "exit"]
     assert death.exit_code == -9 and "stopped by command" not in death.message
+
+
+def test_each_start_mints_an_attempt_key_handed_over_as_a_0600_file_and_announced(make_agent,  # type: ignore[no-untyped-def]
+                                                                                  tmp_path: Path) -> None:
+    """The private half reaches the training process as a path only; the public half goes out in an
+    AttemptKey (node-signed by the agent's publisher); a restart mints a new one and deletes the old file."""
+    out = tmp_path / "env.json"
+    dump = [sys.executable, "-c", f"import json, os; json.dump(dict(os.environ), open({str(out)!r}, 'w'))"]
+    agent, sink = make_agent(dump)
+    agent.start()
+    while agent.check_exit() is None:
+        time.sleep(0.05)
+    env = json.loads(out.read_text())
+    key_file = Path(env["TRAINGUARD_ATTEMPT_KEY_FILE"])
+    assert (key_file.stat().st_mode & 0o777, key_file.parent.stat().st_mode & 0o777) == (0o600, 0o700)
+    assert not [k for k, v in env.items() if "PRIVATE KEY" in v]  # a path, never key material
+    announced, = [r for r in sink.records if isinstance(r, AttemptKey)]
+    assert (announced.job, announced.attempt, announced.node) == ("j", 0, "n1")
+    assert announced.key_id == env["TRAINGUARD_ATTEMPT_KEY_ID"] == attempt_key_id("j", 0, "n1", announced.key_id[-16:])
+    signer = load_signer(key_file, env["TRAINGUARD_ATTEMPT_KEY_ID"])
+    ring = KeyRing({announced.key_id: public_from_b64(announced.public_key)})
+    assert ring.check(b"checkpoint", signer.headers(b"checkpoint")) == (announced.key_id, "")
+
+    result = agent.handle(cmd("r", "restart_from_checkpoint", params={"step": 1, "path": "/c/1", "attempt": 6}))
+    assert result is not None and result.status == "ok"
+    while agent.check_exit() is None:
+        time.sleep(0.05)
+    second = [r for r in sink.records if isinstance(r, AttemptKey)][-1]
+    assert second.attempt == 6 and second.public_key != announced.public_key
+    assert not key_file.exists()  # the previous attempt's key died with it
+    current = Path(json.loads(out.read_text())["TRAINGUARD_ATTEMPT_KEY_FILE"])
+    assert current.exists()
+    agent.close()
+    assert not current.exists()
