@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import os
 import subprocess
 import sys
@@ -11,11 +10,6 @@ import time
 import pytest
 
 from benchmarks import cores
-
-
-def test_doctests() -> None:
-    result = doctest.testmod(cores)
-    assert result.attempted > 0 and result.failed == 0
 
 
 @pytest.mark.parametrize(("have", "workers", "reserve", "expected"), [

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import pickle
 
 import pytest
@@ -102,9 +100,3 @@ def test_a_restored_pipeline_routes_to_the_restored_detectors() -> None:
     assert revived.detectors[0].seen == [("step", "TrainingStep")]  # type: ignore[attr-defined]
     assert pipeline.detectors[0].seen == []  # type: ignore[attr-defined]
     assert "_route" not in pickle.loads(pickle.dumps(pipeline)).__getstate__()
-
-
-@pytest.mark.parametrize("name", ["detectors.dispatch", "detectors.common", "schemas.codec", "schemas.records"])
-def test_doctests(name: str) -> None:
-    result = doctest.testmod(importlib.import_module(name))
-    assert result.attempted > 0 and result.failed == 0, result

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
-import importlib
 from pathlib import Path
 
 import pytest
@@ -64,9 +62,3 @@ def test_markdown_json_and_plot(tmp_path: Path) -> None:
     assert len(rows) == 4 and {"goodput", "pool_pct", "requeues", "over_evicted_per_day"} <= set(rows[0])
     plot_sweep(points, tmp_path / "sweep.png")
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.mark.parametrize("module", ["lab.ettr_sim.arrivals", "lab.ettr_sim.costs", "lab.ettr_sim.sweep"])
-def test_doctests(module: str) -> None:
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted > 0 and result.failed == 0

@@ -1,9 +1,7 @@
-"""Fault arrivals from the real InfiniteHBD trace, network signatures, and the modules' doctests."""
+"""Fault arrivals from the real InfiniteHBD trace, network signatures."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
 from pathlib import Path
 
 import pytest
@@ -64,11 +62,3 @@ def test_port_down_and_error_burst_signatures() -> None:
     assert errors(900, 990) > 100 > errors(1100, 1490)
     assert [(lab["kind"], lab["variant"], lab["nodes"]) for lab in labels] == [
         ("network", "port_down", ["gpu-node-001"]), ("network", "error_burst", ["gpu-node-000"])]
-
-
-@pytest.mark.parametrize("module", ["lab.telemetry_sim.plan", "lab.telemetry_sim.trace",
-                                    "lab.telemetry_sim.steps", "streams.recording",
-                                    "lab.backtest.scoring"])
-def test_doctests(module: str) -> None:
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted and not result.failed
