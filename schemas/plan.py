@@ -10,10 +10,11 @@ reference to a later step fails when the record is built or decoded, and the
 decision record shows each reference explicitly. `params` is left for what
 the executor or agent is sent.
 
-Plans journaled before these fields existed carry the old keys in `params`;
-`PlannedAction` lifts them into the typed fields when it is built or decoded
-(`_LEGACY_KEYS`), so a plan journaled by an older act resumes with the same
-meaning and no record version changes.
+The old magic keys are refused in `params` (`REFERENCE_KEYS`): written
+there, a reference would travel to the executor as an ordinary parameter and
+the step would run unconditionally. (Before 0.1 was released they were
+lifted into the typed fields; nothing journaled in that form is left to
+resume.)
 """
 
 from __future__ import annotations
@@ -75,22 +76,9 @@ class PlannedAction(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     targets_from: StepRef | None = None
 
     def __post_init__(self) -> None:
-        if _LEGACY_KEYS.isdisjoint(self.params):
-            return
-        params = dict(self.params)
-        only_if_failed, nodes_from = params.pop("only_if_failed", None), params.pop("nodes_from", None)
-        from_replay, fallback = params.pop("from_replay", None), params.pop("fallback_nodes", None)
-        when, targets = self.when, self.targets_from
-        if only_if_failed is not None and when is None:
-            when = StepCondition(step=int(only_if_failed))
-        if from_replay is not None and targets is None:
-            first, second = (int(i) for i in from_replay)
-            targets = ReplayCulprit(phases=(first, second), fallback_nodes=tuple(str(n) for n in fallback or ()))
-        elif nodes_from is not None and targets is None:
-            targets = CulpritsOf(step=int(nodes_from))
-        msgspec.structs.force_setattr(self, "params", params)
-        msgspec.structs.force_setattr(self, "when", when)
-        msgspec.structs.force_setattr(self, "targets_from", targets)
+        misplaced = REFERENCE_KEYS.intersection(self.params)
+        if misplaced:
+            raise ValueError(f"params {sorted(misplaced)} are references: write them as `when` / `targets_from`")
 
     def refers_to(self) -> list[int]:
         """The earlier steps this one depends on."""
@@ -102,8 +90,8 @@ class PlannedAction(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
         return out
 
 
-# The `params` keys plans used for references before the typed fields (read, never written).
-_LEGACY_KEYS = frozenset({"only_if_failed", "nodes_from", "from_replay", "fallback_nodes"})
+# The `params` keys plans used for references before the typed fields: refused, never read.
+REFERENCE_KEYS = frozenset({"only_if_failed", "nodes_from", "from_replay", "fallback_nodes"})
 
 
 def check_plan(plan: list[PlannedAction]) -> None:

@@ -1,7 +1,8 @@
-"""Stopping the background processes a test started: politely first, then for sure."""
+"""The background processes a test starts: a free port for them, and stopping them (politely first, then for sure)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from collections.abc import Iterable
 from typing import Any
@@ -22,3 +23,10 @@ def stop_all(procs: Iterable[subprocess.Popen[Any]], *, timeout_s: float) -> Non
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (for a process the test starts: a /metrics endpoint, a rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

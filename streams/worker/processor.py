@@ -137,26 +137,6 @@ class MessageProcessor:
         self._node_events = topics.name("node-events")
         self._node_jobs = topics.name("node-jobs")
 
-    def process(self, message: Message) -> list[OutMessage]:
-        """Handle one message; never raises on bad input."""
-        self.stats.processed += 1
-        logical = self._logical.get(message.topic) or self._logical.setdefault(
-            message.topic, self.topics.logical(message.topic))
-        self.stats.by_topic[logical] = self.stats.by_topic.get(logical, 0) + 1
-        try:
-            record = self._decode(message, logical)
-        except DecodeError as exc:
-            return [self._dead_letter(message, str(exc))]
-        anomalies, incidents = self.pipeline.process(record)
-        return self._outputs(anomalies, incidents)
-
-    def process_batch(self, messages: Sequence[Message]) -> list[OutMessage]:
-        """Handle a batch in order, event time from the records (tests, one partition)."""
-        out: list[OutMessage] = []
-        for message in messages:
-            out.extend(self.process(message))
-        return out
-
     def process_fetch(self, fetched: Mapping[Hashable, Sequence[Message]], clock: EventClock[Any]) -> list[OutMessage]:
         """Handle one fetch of several partitions under the guarded event clock."""
         out: list[OutMessage] = []

@@ -32,8 +32,7 @@ from processes import stop_all
 from actions.journal import Journal
 from schemas.records import ActionCommand, AuditEntry, CheckpointEvent, Incident, JobTopology, TrainingStep
 from schemas.topics import Topics
-from tests.e2e.test_act_sigkill import TRAINER, start
-from tests.e2e.test_actions_local import Tap
+from tests.e2e.act_kit import TRAINER, Tap, trainguard
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 JOB = "moved-job"
@@ -69,7 +68,7 @@ def test_act_on_a_new_machine_knows_what_the_old_one_knew(kafka: str, topic_pref
             "TRAINGUARD_ACTIONS__GROUP_ID": f"a-{topic_prefix}", "TRAINGUARD_ACTIONS__STATE_DIR": str(state_dir),
             "TRAINGUARD_ACTIONS__STANDBY_NODES": '["spare-1", "spare-2"]', "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "60", "TRAINGUARD_COLLECTORS__AGENT__GRACE_S": "10",
             "STOP_S": "1", "PYTHONUNBUFFERED": "1"}
-    agents = {node: start({**base, "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR": str(tmp_path / node),
+    agents = {node: trainguard({**base, "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR": str(tmp_path / node),
                            "TRAINGUARD_COLLECTORS__SPOOL_DIR": str(tmp_path / f"spool-{node}")},
                           "run", "--job", JOB, "--node", node, "--linger", "180", "--", sys.executable, str(TRAINER))
               for node in ("node-1", "node-2", "spare-1")}
@@ -83,7 +82,7 @@ def test_act_on_a_new_machine_knows_what_the_old_one_knew(kafka: str, topic_pref
                                      loss=1.0, step_time_s=1.0))
         tap.publish(Incident(ts=now + 1, id="hw-node-1", kind="hw_fault", job=JOB, onset=now, detected_at=now + 1,
                              nodes=["node-1"]))
-        acts.append(start(base, "act", "--executor", "local", "--timeout", "240"))
+        acts.append(trainguard(base, "act", "--executor", "local", "--timeout", "240"))
         tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "decision_executed", timeout_s=120)
         journal = state_dir / "journal.sqlite"
         wait_for(lambda: state_of(journal)["decision"].status == "executed", 30)
@@ -93,7 +92,7 @@ def test_act_on_a_new_machine_knows_what_the_old_one_knew(kafka: str, topic_pref
         old = state_of(journal)
         shutil.rmtree(state_dir)  # a new machine: no journal at all
 
-        acts.append(start(base, "act", "--executor", "local", "--timeout", "240"))
+        acts.append(trainguard(base, "act", "--executor", "local", "--timeout", "240"))
         wait_for(lambda: journal.exists() and state_of(journal)["decision"] is not None, 90)
         new = state_of(journal)
         for key in ("decision", "steps", *KEYS):

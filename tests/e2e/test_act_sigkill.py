@@ -27,16 +27,10 @@ from processes import stop_all
 from actions.journal import Journal
 from schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, JobTopology
 from schemas.topics import Topics
-from tests.e2e.test_actions_local import Tap
+from tests.e2e.act_kit import TRAINER, Tap, trainguard
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
-TRAINER = Path(__file__).parent / "stubborn_trainer.py"
 JOB = "sigkill-job"
-
-
-def start(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "trainguard.cli", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def test_act_killed_while_an_agent_stops_the_evicted_node(kafka: str, topic_prefix: str, tmp_path: Path,
@@ -49,7 +43,7 @@ def test_act_killed_while_an_agent_stops_the_evicted_node(kafka: str, topic_pref
             "TRAINGUARD_ACTIONS__GROUP_ID": f"a-{topic_prefix}", "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp_path / "act"),
             "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "60", "TRAINGUARD_COLLECTORS__AGENT__GRACE_S": "10",
             "STOP_S": "4", "PYTHONUNBUFFERED": "1"}
-    agents = {node: start({**base, "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR": str(tmp_path / node),
+    agents = {node: trainguard({**base, "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR": str(tmp_path / node),
                            "TRAINGUARD_COLLECTORS__SPOOL_DIR": str(tmp_path / f"spool-{node}")},
                           "run", "--job", JOB, "--node", node, "--linger", "120", "--", sys.executable, str(TRAINER))
               for node in ("node-1", "node-2")}
@@ -60,12 +54,12 @@ def test_act_killed_while_an_agent_stops_the_evicted_node(kafka: str, topic_pref
         tap.publish(CheckpointEvent(ts=now, job=JOB, step=100, path="/ck/100"))
         tap.publish(Incident(ts=now + 1, id="hw-node-1", kind="hw_fault", job=JOB, onset=now, detected_at=now + 1,
                              nodes=["node-1"]))
-        acts.append(start(base, "act", "--executor", "local", "--timeout", "120"))
+        acts.append(trainguard(base, "act", "--executor", "local", "--timeout", "120"))
         stop = tap.wait(lambda r: isinstance(r, ActionCommand) and r.action == "stop", timeout_s=90)
         time.sleep(1.0)  # node-1's agent is now 1 s into its 4 s stop
         acts[0].send_signal(signal.SIGKILL)
         acts[0].wait(timeout=10)
-        acts.append(start(base, "act", "--executor", "local", "--timeout", "120"))
+        acts.append(trainguard(base, "act", "--executor", "local", "--timeout", "120"))
         tap.wait(lambda r: isinstance(r, AuditEntry) and r.event.startswith("decision_")
                  and r.event != "decision", timeout_s=120)
         acts[1].send_signal(signal.SIGTERM)

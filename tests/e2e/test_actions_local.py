@@ -12,67 +12,22 @@ command is rejected by the agent and audited.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from kafka import KafkaConsumer, KafkaProducer
 
-from schemas.codec import Codec
-from schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, Record, TrainingStep
+from schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, TrainingStep
 from schemas.signing import Signer
-from schemas.topics import Topics, key_for
+from schemas.topics import Topics
+from tests.e2e.act_kit import JOB, SCRIPT, Tap, env_for, trainguard
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
-SCRIPT = Path(__file__).parent / "agent_train_script.py"
-JOB = "act-e2e"
-
-
-class Tap:
-    """Reads every topic of the test from the beginning; keeps what it saw."""
-
-    def __init__(self, servers: str, topics: Topics, keys: Any = None) -> None:
-        self.topics, self.codec, self.keys = topics, Codec(), keys  # keys: incidents go out worker-signed
-        names = ("training", "checkpoints", "actions", "action-results", "audit", "decisions")
-        self.consumer = KafkaConsumer(*(topics.name(n) for n in names), bootstrap_servers=servers,
-                                      auto_offset_reset="earliest", group_id=None, metadata_max_age_ms=1000)
-        self.producer = KafkaProducer(bootstrap_servers=servers, acks="all")
-        self.seen: list[Record] = []
-
-    def publish(self, record: Record) -> None:
-        value = self.codec.encode(record)
-        headers = self.keys.signed(value, record) if self.keys is not None else None
-        self.producer.send(self.topics.for_record(record), key=key_for(record), value=value, headers=headers)
-        self.producer.flush()
-
-    def wait(self, pred: Callable[[Record], bool], timeout_s: float = 90.0) -> Record:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            match = [r for r in self.seen if pred(r)]
-            if match:
-                return match[0]
-            if time.monotonic() > deadline:
-                raise AssertionError(f"nothing matched within {timeout_s}s ({len(self.seen)} records seen)")
-            for batch in self.consumer.poll(timeout_ms=300).values():
-                self.seen.extend(self.codec.decode(m.value) for m in batch)
-
-    def drain(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            for batch in self.consumer.poll(timeout_ms=300).values():
-                self.seen.extend(self.codec.decode(m.value) for m in batch)
-
-    def close(self) -> None:
-        self.consumer.close()
-        self.producer.close()
 
 
 @pytest.fixture
@@ -80,23 +35,6 @@ def tap(kafka: str, topic_prefix: str, keys: Any) -> Iterator[Tap]:
     t = Tap(kafka, Topics(topic_prefix), keys)
     yield t
     t.close()
-
-
-def env_for(kafka: str, prefix: str, tmp: Path, security: dict[str, Any], **extra: str) -> dict[str, str]:
-    keys = {f"TRAINGUARD_SECURITY__{k.upper()}": v if isinstance(v, str) else json.dumps(v)
-            for k, v in security.items()}
-    return {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": prefix,
-            "TRAINGUARD_TOPICS__PARTITIONS": "2", **keys,
-            "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp / "act"), "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "90",
-            "TRAINGUARD_COLLECTORS__SPOOL_DIR": str(tmp / "spool"),
-            "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR": str(tmp / "agent"),
-            "TRAINGUARD_COLLECTORS__AGENT__GRACE_S": "5", "JOB": JOB, "NODE_NAME": "node-1", "CKPT_DIR": str(tmp / "ckpt"),
-            "PYTHONUNBUFFERED": "1", **extra}
-
-
-def trainguard(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "trainguard.cli", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def test_incident_to_restart_from_checkpoint_with_idempotency_and_forgery(

@@ -19,10 +19,8 @@ timeouts keeping it under a minute.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,45 +30,16 @@ from processes import stop_all
 
 from actions.journal import Journal
 from schemas.codec import Codec
-from schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, JobTopology, Record
+from schemas.records import ActionCommand, ActionResult, AuditEntry
 from schemas.signing import load_signer
 from schemas.topics import Topics
-from tests.e2e.test_actions_local import Tap
+from tests.e2e.act_kit import Tap, agent, base_env, hw, job_records, trainguard
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
-TRAINER = Path(__file__).parent / "stubborn_trainer.py"
-
-
-def base_env(kafka: str, prefix: str, tmp: Path, keys: Any, **extra: str) -> dict[str, str]:
-    return {**os.environ, "TRAINGUARD_BROKER__BOOTSTRAP": kafka, "TRAINGUARD_TOPICS__PREFIX": prefix,
-            "TRAINGUARD_TOPICS__PARTITIONS": "2", **keys.env(), "TRAINGUARD_ACTIONS__GROUP_ID": f"a-{prefix}",
-            "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp / "act"), "TRAINGUARD_ACTIONS__COMMAND_TIMEOUT_S": "3",
-            "TRAINGUARD_COLLECTORS__AGENT__GRACE_S": "10", "PYTHONUNBUFFERED": "1", **extra}
-
-
-def start(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "trainguard.cli", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def agent(env: dict[str, str], tmp: Path, job: str, node: str) -> subprocess.Popen[str]:
-    """A real node agent supervising a stand-in trainer."""
-    return start({**env, "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR": str(tmp / f"agent-{node}"),
-                  "TRAINGUARD_COLLECTORS__SPOOL_DIR": str(tmp / f"spool-{node}"), "STOP_S": "0"},
-                 "run", "--job", job, "--node", node, "--linger", "120", "--", sys.executable, str(TRAINER))
-
-
-def job_records(job: str, nodes: list[str], now: float) -> list[Record]:
-    return [JobTopology(ts=now, job=job, world_size=len(nodes), rank_nodes=dict(enumerate(nodes))),
-            CheckpointEvent(ts=now, job=job, step=100, path=f"/ck/{job}/100")]
-
-
-def hw(job: str, node: str, ts: float) -> Incident:
-    return Incident(ts=ts, id=f"hw-{node}", kind="hw_fault", job=job, onset=ts, detected_at=ts, nodes=[node])
 
 
 def run_act(env: dict[str, str], incidents: int, timeout_s: float = 50) -> str:
-    act = start(env, "act", "--executor", "local", "--max-incidents", str(incidents), "--timeout", str(timeout_s))
+    act = trainguard(env, "act", "--executor", "local", "--max-incidents", str(incidents), "--timeout", str(timeout_s))
     try:
         out, _ = act.communicate(timeout=timeout_s + 30)
     finally:
@@ -206,7 +175,7 @@ def test_a_non_targets_signed_result_cannot_fail_another_nodes_eviction(
         time.sleep(3)
         slow.send_signal(signal.SIGSTOP)  # node-a answers only once the forged result is in
         tap.publish(hw("nt-job", "node-a", now))
-        act = start(env, "act", "--executor", "local", "--max-incidents", "1", "--timeout", "50")
+        act = trainguard(env, "act", "--executor", "local", "--max-incidents", "1", "--timeout", "50")
         stop = tap.wait(lambda r: isinstance(r, ActionCommand) and r.action == "stop", timeout_s=40)
         assert isinstance(stop, ActionCommand) and stop.nodes == ["node-a"]
         forged = ActionResult(ts=time.time(), command_id=stop.id, action="stop", status="failed", job="nt-job",

@@ -35,8 +35,7 @@ from schemas.codec import Codec
 from schemas.records import ActionCommand, ActionResult, AuditEntry, OperatorCommand, Record
 from schemas.signing import Signer, load_signer
 from schemas.topics import Topics, key_for
-from tests.e2e.test_actions_local import Tap
-from tests.e2e.test_rails_hold import agent, base_env, hw, job_records, start
+from tests.e2e.act_kit import Tap, agent, base_env, hw, job_records, trainguard
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 NODES = ["ro0", "ro1", "ro2", "ro3"]
@@ -84,7 +83,7 @@ def test_observe_then_promote_then_demote_with_real_act_and_agents(
     forger = Signer("console", Ed25519PrivateKey.generate())
     tap = Tap(kafka, Topics(topic_prefix), keys)
     agents = [agent(env, tmp_path, JOB, n) for n in NODES]
-    act = start(env, "act", "--executor", "local", "--timeout", "240")
+    act = trainguard(env, "act", "--executor", "local", "--timeout", "240")
     try:
         now = time.time()
         for record in job_records(JOB, NODES, now):

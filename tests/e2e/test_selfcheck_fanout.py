@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import free_port
 
 from actions.journal import Journal
 from schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, JobTopology
 from schemas.topics import Topics
-from tests.e2e.test_actions_local import Tap
+from tests.e2e.act_kit import Tap
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 TRAINER = Path(__file__).parent / "stubborn_trainer.py"
@@ -40,15 +40,9 @@ NODES = ["n1", "n2", "n3"]
 JOB = "fanout-job"
 
 
-def start(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+def trainguard(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "trainguard.cli", *args], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def diagnose(kafka: str, topic_prefix: str, tmp_path: Path, keys: Any, *, faults: dict[str, str] | None = None,
@@ -70,7 +64,7 @@ def diagnose(kafka: str, topic_prefix: str, tmp_path: Path, keys: Any, *, faults
             "TRAINGUARD_COLLECTORS__AGENT__SELFCHECK_COMMAND": json.dumps(
                 [sys.executable, "-m", "trainguard.cli", "selfcheck"])}
     base.pop("TRAINGUARD_SELFCHECK_FAULT", None)
-    agents = {node: start({**base, "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR": str(tmp_path / node),
+    agents = {node: trainguard({**base, "TRAINGUARD_COLLECTORS__AGENT__STATE_DIR": str(tmp_path / node),
                            "TRAINGUARD_COLLECTORS__SPOOL_DIR": str(tmp_path / f"spool-{node}"),
                            **({"TRAINGUARD_SELFCHECK_FAULT": faults[node]} if node in (faults or {}) else {})},
                           "run", "--job", JOB, "--node", node, "--linger", "300", "--", sys.executable, str(TRAINER))
@@ -84,7 +78,7 @@ def diagnose(kafka: str, topic_prefix: str, tmp_path: Path, keys: Any, *, faults
         tap.publish(CheckpointEvent(ts=now, job=JOB, step=100, path="/ck/100"))
         tap.publish(Incident(ts=now + 1, id=f"{kind}-{topic_prefix}", kind=kind, job=JOB, onset=now,  # type: ignore[arg-type]
                              detected_at=now + 1, step=120 if kind == "sdc" else None))
-        act = start(base, "act", "--executor", "local", "--timeout", "600")
+        act = trainguard(base, "act", "--executor", "local", "--timeout", "600")
         tap.wait(lambda r: isinstance(r, AuditEntry) and r.event.startswith("decision_") and r.event != "decision",
                  timeout_s=timeout_s * 6)
         tap.drain(2.0)

@@ -24,7 +24,7 @@ from kafka import KafkaConsumer
 from schemas.codec import Codec
 from schemas.records import ActionCommand, AuditEntry, CheckpointEvent, Incident, JobTopology, TrainingStep
 from schemas.topics import Topics, key_for
-from tests.e2e.test_actions_local import JOB, SCRIPT, Tap, env_for, trainguard
+from tests.e2e.act_kit import JOB, SCRIPT, Tap, env_for, trainguard
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 

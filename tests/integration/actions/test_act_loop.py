@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from kafka import KafkaProducer
+from kafka_reads import read_all
+from processes import free_port
 
 from actions.journal import Journal
 from schemas.codec import Codec
@@ -106,7 +108,7 @@ def test_act_trusts_only_signed_incidents_and_results(topic_prefix: str, kafka: 
     assert done.returncode == 0, done.stdout + done.stderr
     decided = [json.loads(line) for line in log.read_text().splitlines()]
     assert [d["incident_id"] for d in decided] == ["real"]
-    audit = _read_all(kafka, topics.name("audit"), codec)
+    audit = read_all(kafka, topics.name("audit"), codec)
     rejected = {(a.event, a.subject_id) for a in audit if isinstance(a, AuditEntry) and a.event.endswith("_rejected")}
     # c-y is n1's good signature, but on a command act never sent: it addressed nobody, so it counts for nothing
     assert rejected == {("result_rejected", "c-x"), ("result_rejected", "c-y"), ("incident_rejected", "forged"),
@@ -114,17 +116,6 @@ def test_act_trusts_only_signed_incidents_and_results(topic_prefix: str, kafka: 
     reasons = {a.subject_id: a.detail["reason"] for a in audit if isinstance(a, AuditEntry)
                and a.event == "result_rejected"}
     assert reasons["c-y"].startswith("not a target") and not reasons["c-x"].startswith("not a target")
-
-
-def _read_all(kafka: str, topic: str, codec: Codec) -> list[Any]:
-    """Every record of `topic` now."""
-    from streams import kafka_io
-
-    consumer = kafka_io.consumer(kafka_io.as_broker(kafka))
-    try:
-        return [codec.decode(m.value) for m in kafka_io.read_to_end(consumer, kafka_io.partitions_for(consumer, topic))]
-    finally:
-        consumer.close()
 
 
 def test_without_a_worker_key_act_refuses_to_start_unless_acls_are_trusted_by_name(
@@ -159,11 +150,11 @@ def test_without_a_worker_key_act_refuses_to_start_unless_acls_are_trusted_by_na
                                 env=defaults, capture_output=True, text=True, timeout=90)
     assert by_default.returncode == 0, by_default.stdout + by_default.stderr
     assert not (tmp_path / "default.jsonl").exists()  # the default act (not a dry run) decided nothing
-    audit = _read_all(kafka, topics.name("audit"), Codec())
+    audit = read_all(kafka, topics.name("audit"), Codec())
     assert [(a.event, a.detail["reason"]) for a in audit if isinstance(a, AuditEntry) and a.subject_id == "by-acl"] == [
         ("incident_rejected", "unsigned (no tg-kid/tg-sig headers)")]
 
-    port = _free_port()
+    port = free_port()
     trusting = {**base, "TRAINGUARD_SECURITY__INCIDENTS_TRUSTED_BY_ACL": "true"}
     proc = subprocess.Popen([*cmd, "--metrics-port", str(port)], env=trusting, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -185,9 +176,3 @@ def test_without_a_worker_key_act_refuses_to_start_unless_acls_are_trusted_by_na
     assert [(d["incident_id"], d["status"]) for d in decided] == [("by-acl", "awaiting_approval")]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

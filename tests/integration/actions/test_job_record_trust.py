@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from kafka import KafkaProducer
+from kafka_reads import read_all
+from processes import free_port
 
 from schemas.codec import Codec
 from schemas.records import AuditEntry, CheckpointEvent
 from schemas.topics import Topics, key_for
 from streams.admin import ensure_topics
-from tests.integration.actions.test_act_loop import _free_port, _read_all
 
 
 def _run_act(env: dict[str, str], port: int) -> tuple[str, str]:
@@ -58,10 +59,10 @@ def test_unsigned_job_records_are_refused_by_default_and_trusted_only_by_name(
 
     default = {**base, **keys.env(job_records="signed"), "TRAINGUARD_ACTIONS__GROUP_ID": f"d-{topic_prefix}",
                "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp_path / "d")}
-    said, metric = _run_act(default, _free_port())
+    said, metric = _run_act(default, free_port())
     assert metric == "trainguard_act_job_records_unverified 0.0"
     assert "job_records_trusted_by_acl" not in said
-    refused = [a for a in _read_all(kafka, topics.name("audit"), Codec())
+    refused = [a for a in read_all(kafka, topics.name("audit"), Codec())
                if isinstance(a, AuditEntry) and a.event == "checkpoint_rejected"]
     assert [(a.detail["path"], a.detail["reason"]) for a in refused] == [
         ("/forged/900", "unsigned (no tg-kid/tg-sig headers): not from an attempt of the job")]
@@ -69,9 +70,9 @@ def test_unsigned_job_records_are_refused_by_default_and_trusted_only_by_name(
     trusting = {**base, **keys.env(job_records="trusted"), "TRAINGUARD_ACTIONS__GROUP_ID": f"t-{topic_prefix}",
                 "TRAINGUARD_ACTIONS__STATE_DIR": str(tmp_path / "t")}
     assert trusting["TRAINGUARD_SECURITY__JOB_RECORDS_TRUSTED_BY_ACL"] == "True"
-    said, metric = _run_act(trusting, _free_port())
+    said, metric = _run_act(trusting, free_port())
     assert metric == "trainguard_act_job_records_unverified 1.0"
     assert "WARNING" in said and "security.job_records_trusted_by_acl" in said
-    refused_after = [a for a in _read_all(kafka, topics.name("audit"), Codec())
+    refused_after = [a for a in read_all(kafka, topics.name("audit"), Codec())
                      if isinstance(a, AuditEntry) and a.event == "checkpoint_rejected"]
     assert len(refused_after) == 1  # the trusting act refused nothing

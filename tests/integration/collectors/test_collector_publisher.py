@@ -6,12 +6,12 @@ second broker (`LocalBroker` on free ports, jars shared) and stop/start it.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import free_port
 
 from collectors.publisher import Publisher
 from lab.localkafka.broker import LocalBroker
@@ -20,12 +20,6 @@ from schemas.topics import Topics
 from trainguard.settings import BrokerSettings
 
 pytestmark = pytest.mark.broker
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _step(i: int) -> TrainingStep:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import free_port
 
 from collectors.publisher import Publisher
 from lab.localkafka.broker import LocalBroker
@@ -31,12 +31,6 @@ from trainguard.settings import BrokerSettings
 
 pytestmark = pytest.mark.broker
 CHILD = Path(__file__).parent / "publisher_child.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

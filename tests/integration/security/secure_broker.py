@@ -19,7 +19,6 @@ import base64
 import datetime
 import ipaddress
 import json
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from processes import free_port
 
 from lab.localkafka.broker import LocalBroker
 from trainguard.settings import BrokerSettings
@@ -37,12 +37,6 @@ USERS = {"admin": "admin-secret", "collector": "collector-secret", "agent-n1": "
          "worker": "worker-secret", "act": "act-secret", "console": "console-secret", "alerts": "alerts-secret",
          "scram256": "scram256-secret"}
 PLAIN_USERS = {"plainuser": "plain-secret"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _name(cn: str) -> x509.Name:

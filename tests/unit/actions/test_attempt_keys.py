@@ -11,6 +11,7 @@ from pathlib import Path
 
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fakes import Scripted
 
 from actions.attempt_keys import AttemptKeys, Verdict
 from actions.core import ActCore
@@ -18,7 +19,7 @@ from actions.knowledge import JobKnowledge
 from schemas.codec import Codec
 from schemas.records import AttemptKey, CheckpointEvent, JobTopology, Record
 from schemas.signing import Signer, attempt_key_id, generate, load_ring, load_signer, public_b64
-from tests.unit.actions.test_rails import Scripted, build, events, hw
+from tests.unit.actions.rails_kit import build, events, hw
 
 CODEC = Codec()
 

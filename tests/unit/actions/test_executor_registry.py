@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import RecordingExecutor
 
 from actions.checkpoints import CheckpointRegistry
 from actions.engine import DecisionEngine
@@ -86,19 +87,7 @@ def test_settings_choose_the_executors_and_read_the_older_form() -> None:
         ActionSettings(executors=["pbs"])
 
 
-class Recorder:
-    name = "recorder"
-
-    def __init__(self, name: str, handles: frozenset[str]) -> None:
-        self.name, self.handles = name, handles
-        self.calls: list[str] = []
-
-    def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
-        self.calls.append(command.action)
-        return ActionResult(ts=1.0, command_id=command.id, action=command.action, status="ok", job=command.job)
-
-
-def run_hw_fault(tmp_path: Path, executors: list[Recorder]) -> tuple[str, PlanRunner, list[Record], str]:
+def run_hw_fault(tmp_path: Path, executors: list[RecordingExecutor]) -> tuple[str, PlanRunner, list[Record], str]:
     engine = DecisionEngine(CheckpointRegistry())
     engine.observe_topology(JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)}))
     audit: list[Record] = []
@@ -112,17 +101,17 @@ def run_hw_fault(tmp_path: Path, executors: list[Recorder]) -> tuple[str, PlanRu
 
 
 def test_the_runner_routes_each_step_of_one_plan_to_its_executor(tmp_path: Path) -> None:
-    cluster, agents = Recorder("k8s", CLUSTER_ACTIONS), Recorder("agents", AGENT_EXECUTABLE)
+    cluster, agents = RecordingExecutor(CLUSTER_ACTIONS, name="k8s"), RecordingExecutor(AGENT_EXECUTABLE, name="agents")
     status, _, _, _ = run_hw_fault(tmp_path, [cluster, agents])
     assert status == "executed"
-    assert cluster.calls == ["evict_node"] and agents.calls == ["restart_from_checkpoint"]
+    assert cluster.actions == ["evict_node"] and agents.actions == ["restart_from_checkpoint"]
 
 
 def test_a_step_no_enabled_executor_handles_fails_the_plan_before_it_starts(tmp_path: Path) -> None:
-    cluster = Recorder("slurm", CLUSTER_ACTIONS)  # no agents: nobody could restart the job after the eviction
+    cluster = RecordingExecutor(CLUSTER_ACTIONS, name="slurm")  # no agents: nobody could restart the job after the eviction
     status, runner, audit, did = run_hw_fault(tmp_path, [cluster])
     assert status == "failed"
-    assert cluster.calls == []  # the node was not evicted only to leave the job down
+    assert cluster.actions == []  # the node was not evicted only to leave the job down
     (result,) = [r for r in runner.journal.steps(did) if r.status == "failed"]
     assert result.action == "restart_from_checkpoint" and "no enabled executor handles" in result.message
     events = {e.event: e.detail for e in audit if isinstance(e, AuditEntry)}

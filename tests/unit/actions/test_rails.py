@@ -8,94 +8,15 @@ threads where two plans race for one breaker slot.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
+from fakes import Clock, Scripted, answer
+
 from actions.executors.base import merge_results
-from actions.journal import Journal
-from actions.runner import PlanRunner, Rails, _did_nothing, job_members
-from actions.safety import CircuitBreaker, Cooldown
-from actions.standby import StandbyPool
-from schemas.actions import AGENT_ACTIONS, CLUSTER_ACTIONS
-from schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, JobTopology, Record
-
-Reply = Callable[[ActionCommand, list[str]], ActionResult]
-
-
-def answer(status: str, *, per_node: dict[str, str] | None = None) -> Reply:
-    """A reply with `status` (and, like agents' merged answers, a per-node word)."""
-    def reply(command: ActionCommand, targets: list[str]) -> ActionResult:
-        details: dict[str, Any] = {} if per_node is None else {"per_node": per_node}
-        return ActionResult(ts=1.0, command_id=command.id, action=command.action, status=status,  # type: ignore[arg-type]
-                            job=command.job, details=details)
-    return reply
-
-
-class Scripted:
-    """Every action, answered by `evict` for evictions and ok for the rest; records each call."""
-
-    name = "scripted"
-    handles = AGENT_ACTIONS | CLUSTER_ACTIONS
-
-    def __init__(self, evict: Reply | None = None) -> None:
-        self.evict = evict or answer("ok")
-        self.calls: list[tuple[ActionCommand, list[str]]] = []
-        self._lock = threading.Lock()
-
-    def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
-        with self._lock:
-            self.calls.append((command, list(targets)))
-        if command.action == "evict_node":
-            return self.evict(command, targets)
-        return answer("ok")(command, targets)
-
-    def sent(self, action: str) -> list[list[str]]:
-        with self._lock:
-            return [list(c.nodes) if c.nodes else t for c, t in self.calls if c.action == action]
-
-
-class Clock:
-    """Act's injected clock, moved by the test."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def build(tmp_path: Path, executor: Scripted, *, jobs: int = 1, nodes: int = 8, spares: list[str] | None = None,
-          fleet_max: int = 4, clock: Clock | None = None, fraction: float = 0.25) -> tuple[DecisionEngine, PlanRunner, list[Record]]:
-    reg = CheckpointRegistry()
-    eng = DecisionEngine(reg)
-    for j in range(jobs):
-        reg.observe(CheckpointEvent(ts=1.0, job=f"j{j}", step=100, path=f"/ck/{j}/100"))
-        eng.observe_topology(JobTopology(ts=0.0, job=f"j{j}", world_size=nodes,
-                                         rank_nodes={r: f"j{j}n{r}" for r in range(nodes)}))
-    audit: list[Record] = []
-    rails = Rails(CircuitBreaker(max_fraction=fraction, window_s=3600, fleet_max_evictions=fleet_max),
-                  Cooldown(cooldown_s=600), StandbyPool(spares=list(spares or [])))
-    runner = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, executors=[executor],
-                        sink=audit.append, clock=clock or Clock(), topologies=eng.topologies)
-    return eng, runner, audit
-
-
-def hw(job: str, node: str, ts: float = 100.0, tag: str = "") -> Incident:
-    return Incident(ts=ts, id=f"inc-{node}{tag}", kind="hw_fault", job=job, onset=ts, detected_at=ts, nodes=[node])
-
-
-def events(audit: list[Record], name: str) -> list[AuditEntry]:
-    return [a for a in audit if isinstance(a, AuditEntry) and a.event == name]
-
-
-def run_one(eng: DecisionEngine, runner: PlanRunner, incident: Incident) -> str:
-    decision = runner.admit(eng.decide(incident))
-    assert decision is not None
-    return runner.run(decision).status
-
+from actions.runner import PlanRunner, _did_nothing, job_members
+from actions.safety import CircuitBreaker
+from schemas.records import ActionCommand, ActionResult
+from tests.unit.actions.rails_kit import build, events, hw, run_one
 
 # ------------------------------------------------------------ reserve before send
 

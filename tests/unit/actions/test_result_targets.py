@@ -11,12 +11,14 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from fakes import Scripted, answer
+
 from actions.core import ActCore
 from actions.knowledge import JobKnowledge
 from schemas.codec import Codec
 from schemas.records import ActionCommand, ActionResult, Record
 from schemas.signing import generate, load_ring, load_signer
-from tests.unit.actions.test_rails import Scripted, answer, build, events, hw
+from tests.unit.actions.rails_kit import build, events, hw
 
 
 def _signed(keys: Path, node: str, result: ActionResult) -> tuple[bytes, list[tuple[str, bytes]]]:

@@ -7,7 +7,8 @@ one `execute(command, targets)` call per step, which is what we assert.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
+from fakes import FanOutAgents, RecordingExecutor
 
 from actions.checkpoints import CheckpointRegistry
 from actions.engine import DecisionEngine
@@ -15,36 +16,14 @@ from actions.journal import Journal
 from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
-from schemas.actions import AGENT_ACTIONS, CLUSTER_ACTIONS
-from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology, Record
-from tests.unit.actions.test_selfcheck_verdict import agent_answer
+from schemas.actions import CLUSTER_ACTIONS
+from schemas.records import CheckpointEvent, Incident, JobTopology, Record
 
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
 
 
-class Recorder:
-    name = "recorder"
-    handles = AGENT_ACTIONS  # `setup` makes the cluster one handle CLUSTER_ACTIONS
-
-    def __init__(self, replies: dict[str, dict[str, Any]] | None = None, fail_on: str = "") -> None:
-        self.calls: list[tuple[ActionCommand, list[str]]] = []
-        self.ids: list[str] = []
-        self.replies = replies or {}
-        self.fail_on = fail_on
-
-    def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
-        assert len(command.id.rsplit("-", 1)[-1]) == 32, "command ids carry 128 unpredictable bits"
-        self.ids.append(command.id)
-        if command.action == self.fail_on:
-            raise RuntimeError("killed mid-plan")
-        self.calls.append((command, targets))
-        reply = self.replies.get(command.action, {})
-        return ActionResult(ts=1.0, command_id=command.id, action=command.action, status=reply.get("status", "ok"),
-                            job=command.job, details=reply.get("details", {}))
-
-
 def setup(tmp_path: Path, *, spares: list[str] | None = None, approval: list[str] | None = None,
-          node: Recorder | None = None, cluster: Recorder | None = None) -> tuple[DecisionEngine, PlanRunner, list[Record]]:
+          node: RecordingExecutor | None = None, cluster: RecordingExecutor | None = None) -> tuple[DecisionEngine, PlanRunner, list[Record]]:
     reg = CheckpointRegistry()
     reg.observe(CheckpointEvent(ts=1.0, job="j", step=100, path="/ck/100"))
     eng = DecisionEngine(reg)
@@ -52,9 +31,9 @@ def setup(tmp_path: Path, *, spares: list[str] | None = None, approval: list[str
     audit: list[Record] = []
     rails = Rails(CircuitBreaker(max_fraction=0.25, window_s=3600), Cooldown(cooldown_s=600),
                   StandbyPool(spares=list(spares or [])), approval_kinds=approval or [])
-    cluster = cluster or Recorder()
+    cluster = cluster or RecordingExecutor()
     cluster.handles = CLUSTER_ACTIONS
-    runner = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, executors=[cluster, node or Recorder()],
+    runner = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, executors=[cluster, node or RecordingExecutor()],
                         sink=audit.append, clock=lambda: 5.0,
                         topologies=eng.topologies)
     return eng, runner, audit
@@ -65,7 +44,7 @@ def hw(node: str, ts: float = 100.0) -> Incident:
 
 
 def test_hw_fault_evicts_swaps_and_restarts(tmp_path: Path) -> None:
-    node, cluster = Recorder(), Recorder()
+    node, cluster = RecordingExecutor(), RecordingExecutor()
     eng, runner, audit = setup(tmp_path, spares=["s0"], node=node, cluster=cluster)
     decision = runner.admit(eng.decide(hw("n3")))
     assert decision is not None
@@ -81,7 +60,7 @@ def test_hw_fault_evicts_swaps_and_restarts(tmp_path: Path) -> None:
 
 
 def test_redelivered_incident_yields_one_action(tmp_path: Path) -> None:
-    cluster = Recorder()
+    cluster = RecordingExecutor()
     eng, runner, _ = setup(tmp_path, cluster=cluster)
     first = runner.admit(eng.decide(hw("n3")))
     assert first is not None
@@ -91,7 +70,7 @@ def test_redelivered_incident_yields_one_action(tmp_path: Path) -> None:
 
 
 def test_burst_across_half_the_nodes_trips_breaker_and_holds(tmp_path: Path) -> None:
-    cluster = Recorder()
+    cluster = RecordingExecutor()
     eng, runner, audit = setup(tmp_path, cluster=cluster)
     statuses = []
     for i in range(4):  # half of the 8 nodes within a minute
@@ -133,15 +112,15 @@ def test_cooldown_blocks_second_action_on_same_node(tmp_path: Path) -> None:
 
 
 def test_killed_mid_plan_resumes_without_repeating_steps(tmp_path: Path) -> None:
-    cluster = Recorder()
-    eng, runner, _ = setup(tmp_path, cluster=cluster, node=Recorder(fail_on="restart_from_checkpoint"))
+    cluster = RecordingExecutor()
+    eng, runner, _ = setup(tmp_path, cluster=cluster, node=RecordingExecutor(fail_on="restart_from_checkpoint"))
     decision = runner.admit(eng.decide(hw("n3")))
     assert decision is not None
     try:
         runner.run(decision)
     except RuntimeError:
         pass
-    node = Recorder()
+    node = RecordingExecutor()
     _, resumed, _ = setup(tmp_path, cluster=cluster, node=node)
     (pending,) = resumed.journal.unfinished()
     assert resumed.run(pending).status == "executed"
@@ -150,7 +129,7 @@ def test_killed_mid_plan_resumes_without_repeating_steps(tmp_path: Path) -> None
 
 
 def test_approval_mode_holds_until_approved(tmp_path: Path) -> None:
-    cluster = Recorder()
+    cluster = RecordingExecutor()
     eng, runner, _ = setup(tmp_path, approval=["hw_fault"], cluster=cluster)
     d = runner.admit(eng.decide(hw("n3")))
     assert d is not None and d.status == "awaiting_approval"
@@ -161,32 +140,15 @@ def test_approval_mode_holds_until_approved(tmp_path: Path) -> None:
 
 
 def test_dry_run_executes_nothing(tmp_path: Path) -> None:
-    cluster = Recorder()
+    cluster = RecordingExecutor()
     eng, runner, _ = setup(tmp_path, cluster=cluster)
     eng.dry_run = True
     d = runner.admit(eng.decide(hw("n3")))
     assert d is not None and runner.run(d).dry_run and not cluster.calls
 
 
-class Agents(Recorder):
-    """Each machine's agent answering its own fanned-out check, as `run_machine` reports.
-
-    `bad` flips the reference digest of one machine; replay phases fail every group holding it.
-    """
-
-    def __init__(self, bad: str) -> None:
-        super().__init__()
-        self.bad = bad
-
-    def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
-        if command.action not in ("self_check", "replay_regroup"):
-            return super().execute(command, targets=targets)
-        self.calls.append((command, targets))
-        return agent_answer(command, self.bad)
-
-
 def test_stop_time_diagnosis_fans_out_and_evicts_the_machine_the_self_check_names(tmp_path: Path) -> None:
-    node, cluster = Agents(bad="n5"), Recorder()
+    node, cluster = FanOutAgents(bad="n5"), RecordingExecutor()
     eng, runner, audit = setup(tmp_path, node=node, cluster=cluster)
     hang = Incident(ts=50.0, id="h", kind="hang", job="j", onset=40.0, detected_at=50.0)
     d = runner.admit(eng.decide(hang))
@@ -203,7 +165,7 @@ def test_stop_time_diagnosis_fans_out_and_evicts_the_machine_the_self_check_name
 
 
 def test_sdc_replay_fans_out_and_evicts_the_intersection(tmp_path: Path) -> None:
-    node, cluster = Agents(bad="n6"), Recorder()
+    node, cluster = FanOutAgents(bad="n6"), RecordingExecutor()
     eng, runner, _ = setup(tmp_path, node=node, cluster=cluster)
     sdc = Incident(ts=50.0, id="s", kind="sdc", job="j", onset=40.0, detected_at=50.0, step=120)
     d = runner.admit(eng.decide(sdc))
@@ -214,7 +176,7 @@ def test_sdc_replay_fans_out_and_evicts_the_intersection(tmp_path: Path) -> None
 
 
 def test_network_self_check_pass_means_no_eviction(tmp_path: Path) -> None:
-    cluster = Recorder()
+    cluster = RecordingExecutor()
     eng, runner, _ = setup(tmp_path, cluster=cluster)
     net = Incident(ts=50.0, id="net", kind="network", job="j", onset=40.0, detected_at=50.0, nodes=["n2"])
     d = runner.admit(eng.decide(net))
@@ -225,15 +187,15 @@ def test_network_self_check_pass_means_no_eviction(tmp_path: Path) -> None:
 
 def test_sdc_falls_back_to_an_unambiguous_checksum_vote_when_replay_names_no_machine(tmp_path: Path) -> None:
     """A transient bit flip does not reproduce in replay; the replicas' majority vote still names the machine."""
-    cluster = Recorder()
-    eng, runner, _ = setup(tmp_path, spares=["s0"], cluster=cluster)  # replay passes everywhere (Recorder: ok)
+    cluster = RecordingExecutor()
+    eng, runner, _ = setup(tmp_path, spares=["s0"], cluster=cluster)  # replay passes everywhere (RecordingExecutor: ok)
     voted = Incident(ts=50.0, id="s1", kind="sdc", job="j", onset=40.0, detected_at=50.0, step=120, nodes=["n3"],
                      evidence={"ambiguous": False})
     d = runner.admit(eng.decide(voted))
     assert d is not None and runner.run(d).status == "executed"
     assert cluster.calls[0][0].nodes == ["n3"] and "fallback_nodes" not in cluster.calls[0][0].params
 
-    cluster2 = Recorder()
+    cluster2 = RecordingExecutor()
     eng2, runner2, _ = setup(tmp_path / "b", cluster=cluster2)
     tie = Incident(ts=50.0, id="s2", kind="sdc", job="j", onset=40.0, detected_at=50.0, step=120, nodes=["n1", "n2"],
                    evidence={"ambiguous": True})
@@ -244,7 +206,7 @@ def test_sdc_falls_back_to_an_unambiguous_checksum_vote_when_replay_names_no_mac
 
 def test_restarts_carry_one_generation_for_the_whole_job(tmp_path: Path) -> None:
     """A standby swapped in joins the job's restart generation, so every rank reports the same attempt."""
-    node = Recorder()
+    node = RecordingExecutor()
     eng, runner, _ = setup(tmp_path, spares=["s0", "s1"], node=node)
     runner.reported_attempt = lambda job: 4  # the job's steps already say attempt 4
     for i, name in enumerate(["n2", "n5"]):

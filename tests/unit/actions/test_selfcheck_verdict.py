@@ -11,40 +11,12 @@ from typing import Any
 
 import msgspec
 import pytest
+from fakes import MACHINES, world
 
 from actions.selfcheck.fanout import combine, machine_command_id, machine_commands, report_of
 from actions.settings import SelfCheckSettings
 from schemas.records import ActionCommand, ActionResult
-from schemas.selfcheck import DEFAULT_CHECKS, aggregate, aggregate_replay, neighbour_pairs
-
-MACHINES = ["n0", "n1", "n2", "n3"]
-
-
-def world(machines: list[str] = MACHINES, ppn: int = 2) -> dict[str, dict[str, Any] | None]:
-    """Every machine healthy: each rank passed each stage, same digest, every pair ok."""
-    out: dict[str, dict[str, Any] | None] = {}
-    for i, m in enumerate(machines):
-        ranks = range(i * ppn, (i + 1) * ppn)
-        pairs = {f"{a}|{b}": "ok" for a, b in neighbour_pairs(machines) if m in (a, b)}
-        out[m] = {"machine": m, "node_rank": i, "dcgm": {"status": "unavailable"}, "stages": {
-            "all_to_all": [{"rank": r, "machine": m, "status": "ok"} for r in ranks],
-            "all_gather": [{"rank": r, "machine": m, "status": "ok", "pairs": dict(pairs)} for r in ranks],
-            "bitwise": [{"rank": r, "machine": m, "status": "ok", "digest": "d0"} for r in ranks]}}
-    return out
-
-
-def agent_answer(command: ActionCommand, bad: str) -> ActionResult:
-    """What the agent a fanned-out command names sends back; `bad`'s digests and replay sums are wrong."""
-    machine, machines = command.nodes[0], command.params["machines"]
-    if command.action == "self_check":
-        report = world(machines, ppn=command.params["procs_per_machine"])[machine]
-        if machine == bad:
-            for rec in report["stages"]["bitwise"]:  # type: ignore[index]
-                rec["digest"] = "flipped"
-    else:
-        report = {"machine": machine, "stages": {"replay": [{"status": "ok", "ok": machine != bad}]}}
-    return ActionResult(ts=1.0, command_id=command.id, action=command.action, status="ok", node=machine,
-                        job=command.job, details={"per_node": {machine: "ok"}, "machine_report": report})
+from schemas.selfcheck import DEFAULT_CHECKS, aggregate, aggregate_replay
 
 
 def stages(report: Any) -> list[tuple[str, str]]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from fakes import FanOutAgents, RecordingExecutor
 
 from actions.journal import Journal
 from actions.runner import PlanRunner, Rails
@@ -21,44 +22,14 @@ from actions.standby import StandbyPool
 from schemas.actions import AGENT_EXECUTABLE, CLUSTER_ACTIONS
 from schemas.codec import Codec, DecodeError
 from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit, StepCondition
-from schemas.records import ActionCommand, ActionResult, Decision, JobTopology, Record
-from tests.unit.actions.test_selfcheck_verdict import agent_answer
+from schemas.records import Decision, JobTopology, Record
 
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
 PHASE1 = [["n0", "n1"], ["n2", "n3"]]
 PHASE2 = [["n0", "n2"], ["n1", "n3"]]
 
 
-class Recorder:
-    name = "recorder"
-
-    def __init__(self, handles: frozenset[str], replies: dict[str, dict[str, Any]] | None = None) -> None:
-        self.handles = handles
-        self.calls: list[ActionCommand] = []
-        self.replies = replies or {}
-
-    def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
-        self.calls.append(command)
-        reply = self.replies.get(command.action, {})
-        return ActionResult(ts=1.0, command_id=command.id, action=command.action, status=reply.get("status", "ok"),
-                            job=command.job, details=reply.get("details", {}))
-
-
-class FanOutAgents(Recorder):
-    """Agents answering a fanned-out diagnosis each with their own machine's report; `bad` is wrong."""
-
-    def __init__(self, bad: str) -> None:
-        super().__init__(AGENT_EXECUTABLE)
-        self.bad = bad
-
-    def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
-        if command.action not in ("self_check", "replay_regroup"):
-            return super().execute(command, targets=targets)
-        self.calls.append(command)
-        return agent_answer(command, self.bad)
-
-
-def runner(tmp_path: Path, agents: Recorder, cluster: Recorder) -> tuple[PlanRunner, list[Record]]:
+def runner(tmp_path: Path, agents: RecordingExecutor, cluster: RecordingExecutor) -> tuple[PlanRunner, list[Record]]:
     audit: list[Record] = []
     rails = Rails(CircuitBreaker(max_fraction=0.5, window_s=3600), Cooldown(cooldown_s=0), StandbyPool())
     run = PlanRunner(journal=Journal(tmp_path / "j.sqlite"), rails=rails, executors=[cluster, agents],
@@ -77,8 +48,8 @@ def decision(plan: list[PlannedAction], did: str = "d1") -> Decision:
                     reason="test")
 
 
-def run_plan(tmp_path: Path, plan: list[PlannedAction], agents: Recorder) -> tuple[Decision, Recorder, PlanRunner]:
-    cluster = Recorder(CLUSTER_ACTIONS)
+def run_plan(tmp_path: Path, plan: list[PlannedAction], agents: RecordingExecutor) -> tuple[Decision, RecordingExecutor, PlanRunner]:
+    cluster = RecordingExecutor(CLUSTER_ACTIONS)
     run, _ = runner(tmp_path, agents, cluster)
     admitted = run.admit(decision(plan))
     assert admitted is not None
@@ -91,18 +62,18 @@ def confirm_then_evict() -> list[PlannedAction]:
 
 
 def test_a_conditional_step_is_skipped_when_its_predecessor_succeeded(tmp_path: Path) -> None:
-    final, cluster, run = run_plan(tmp_path, confirm_then_evict(), Recorder(AGENT_EXECUTABLE))
-    assert final.status == "executed" and cluster.calls == []
+    final, cluster, run = run_plan(tmp_path, confirm_then_evict(), RecordingExecutor(AGENT_EXECUTABLE))
+    assert final.status == "executed" and cluster.commands == []
     skipped = run.journal.steps(final.id)[1]
     assert skipped.status == "skipped" and "step 0" in skipped.message
 
 
 def test_a_conditional_step_runs_when_its_predecessor_failed(tmp_path: Path) -> None:
-    agents = Recorder(AGENT_EXECUTABLE, {"self_check": {"status": "failed"}})
+    agents = RecordingExecutor(AGENT_EXECUTABLE, {"self_check": {"status": "failed"}})
     final, cluster, _ = run_plan(tmp_path, confirm_then_evict(), agents)
     assert final.status == "executed"
-    assert [(c.action, c.nodes) for c in cluster.calls] == [("evict_node", ["n2"])]
-    assert "when" not in json.dumps(cluster.calls[0].params)  # references never reach the executor
+    assert [(c.action, c.nodes) for c in cluster.commands] == [("evict_node", ["n2"])]
+    assert "when" not in json.dumps(cluster.commands[0].params)  # references never reach the executor
 
 
 def replay_plan(fallback: tuple[str, ...] = ()) -> list[PlannedAction]:
@@ -115,29 +86,29 @@ def replay_plan(fallback: tuple[str, ...] = ()) -> list[PlannedAction]:
 
 def test_nodes_are_taken_from_the_two_replay_steps(tmp_path: Path) -> None:
     # n3 is in group 1 of phase 1 and group 1 of phase 2: the only machine in both failing groups.
-    agents = FanOutAgents(bad="n3")
+    agents = FanOutAgents(bad="n3", handles=AGENT_EXECUTABLE)
     final, cluster, _ = run_plan(tmp_path, replay_plan(fallback=("n0",)), agents)
-    assert sorted(c.nodes[0] for c in agents.calls if c.params.get("phase") == 1) == ["n0", "n1", "n2", "n3"]
+    assert sorted(c.nodes[0] for c in agents.commands if c.params.get("phase") == 1) == ["n0", "n1", "n2", "n3"]
     assert final.status == "executed"
-    assert [c.nodes for c in cluster.calls] == [["n3"]]  # the replay wins over the fallback
+    assert [c.nodes for c in cluster.commands] == [["n3"]]  # the replay wins over the fallback
 
 
 def test_fallback_nodes_are_used_when_the_replay_names_no_machine(tmp_path: Path) -> None:
-    final, cluster, _ = run_plan(tmp_path, replay_plan(fallback=("n1",)), Recorder(AGENT_EXECUTABLE))
-    assert final.status == "executed" and [c.nodes for c in cluster.calls] == [["n1"]]
+    final, cluster, _ = run_plan(tmp_path, replay_plan(fallback=("n1",)), RecordingExecutor(AGENT_EXECUTABLE))
+    assert final.status == "executed" and [c.nodes for c in cluster.commands] == [["n1"]]
 
 
 def test_no_replay_culprit_and_no_fallback_evicts_no_one(tmp_path: Path) -> None:
-    final, cluster, run = run_plan(tmp_path, replay_plan(), Recorder(AGENT_EXECUTABLE))
-    assert cluster.calls == [] and run.journal.steps(final.id)[3].status == "skipped"
+    final, cluster, run = run_plan(tmp_path, replay_plan(), RecordingExecutor(AGENT_EXECUTABLE))
+    assert cluster.commands == [] and run.journal.steps(final.id)[3].status == "skipped"
 
 
 def test_targets_from_a_diagnosis_step(tmp_path: Path) -> None:
-    agents = FanOutAgents(bad="n5")
+    agents = FanOutAgents(bad="n5", handles=AGENT_EXECUTABLE)
     plan = [PlannedAction(action="self_check", nodes=["n0", "n5", "n6"]),  # three: a bitwise majority
             PlannedAction(action="evict_node", targets_from=CulpritsOf(step=0))]
     final, cluster, _ = run_plan(tmp_path, plan, agents)
-    assert final.status == "executed" and [c.nodes for c in cluster.calls] == [["n5"]]
+    assert final.status == "executed" and [c.nodes for c in cluster.commands] == [["n5"]]
 
 
 def test_a_misspelt_or_mistyped_reference_is_an_error() -> None:
@@ -170,48 +141,21 @@ def test_the_decision_record_shows_references_explicitly() -> None:
                                                                                             "status": "failed"}
 
 
-def legacy_body() -> bytes:
-    """A network plan as act journaled it before the typed fields: references in `params`."""
+def old_form_body(params: dict[str, Any]) -> bytes:
+    """A plan whose eviction carries a reference in `params`, as act wrote them before the typed fields."""
     plan = [{"action": "self_check", "nodes": ["n2"], "ranks": [], "params": {"checks": ["all_gather"]}},
-            {"action": "evict_node", "nodes": ["n2"], "ranks": [], "params": {"reason": "network", "only_if_failed": 0}},
-            {"action": "evict_node", "nodes": [], "ranks": [], "params": {"nodes_from": 0}},
-            {"action": "evict_node", "nodes": [], "ranks": [],
-             "params": {"from_replay": [3, 4], "fallback_nodes": ["n1"]}},
-            {"action": "replay_regroup", "params": {"groups": PHASE1}},
-            {"action": "replay_regroup", "params": {"groups": PHASE2}}]
+            {"action": "evict_node", "nodes": ["n2"], "ranks": [], "params": {"reason": "network", **params}}]
     return json.dumps({"type": "decision", "ts": 10.0, "schema_version": 1, "id": "old", "incident_id": "inc-old",
                        "job": "j", "kind": "network", "rule": "network.confirm_then_evict", "plan": plan,
                        "reason": "old"}).encode()
 
 
-def test_plans_journaled_in_the_old_form_decode_into_the_typed_fields() -> None:
-    # As written the evictions refer to replays that come later: old-form references are checked as well.
-    with pytest.raises(DecodeError, match="not an earlier step"):
-        Codec().decode(legacy_body())
-    fixed = legacy_body().replace(b'"from_replay": [3, 4]', b'"from_replay": [0, 0]')
-    with pytest.raises(DecodeError, match="replay phase 0"):
-        Codec().decode(fixed)
-    old = msgspec.json.decode(legacy_body())
-    old["plan"] = [*old["plan"][4:], *old["plan"][:4]]  # replays first: 0, 1; then the checks and evictions
-    old["plan"][3]["params"]["only_if_failed"] = 2
-    old["plan"][4]["params"]["nodes_from"] = 2
-    old["plan"][5]["params"]["from_replay"] = [0, 1]
-    decoded = Codec().decode(msgspec.json.encode(old), Decision)
-    assert decoded.plan[3].when == StepCondition(step=2) and decoded.plan[3].params == {"reason": "network"}
-    assert decoded.plan[4].targets_from == CulpritsOf(step=2) and decoded.plan[4].params == {}
-    assert decoded.plan[5].targets_from == ReplayCulprit(phases=(0, 1), fallback_nodes=("n1",))
-    assert decoded.plan[5].params == {}
-
-
-def test_an_old_form_plan_journaled_before_the_upgrade_resumes_with_its_condition(tmp_path: Path) -> None:
-    """A plan an older act journaled (params keys) and a newer act resumes: the eviction stays conditional."""
-    old = msgspec.json.decode(legacy_body())
-    old["plan"] = old["plan"][:2]  # self-check, then evict only if it failed
-    journal = Journal(tmp_path / "j.sqlite")
-    journal.record_decision(Codec().decode(msgspec.json.encode(old), Decision))
-    journal.close()
-    cluster = Recorder(CLUSTER_ACTIONS)
-    run, _ = runner(tmp_path, Recorder(AGENT_EXECUTABLE), cluster)
-    (pending,) = run.journal.unfinished()
-    assert run.run(pending).status == "executed"
-    assert cluster.calls == []  # the self-check passed: the old `only_if_failed` still holds
+@pytest.mark.parametrize("params", [{"only_if_failed": 0}, {"nodes_from": 0}, {"from_replay": [0, 0]},
+                                    {"fallback_nodes": ["n1"]}])
+def test_a_reference_written_into_params_is_refused_not_sent_as_a_parameter(params: dict[str, Any]) -> None:
+    """Passed on as a parameter, `only_if_failed` would make the eviction unconditional: it fails instead."""
+    with pytest.raises(DecodeError, match="are references"):
+        Codec().decode(old_form_body(params))
+    with pytest.raises(ValueError, match="are references"):
+        PlannedAction(action="evict_node", nodes=["n2"], params=params)
+    assert Codec().decode(old_form_body({}), Decision).plan[1].params == {"reason": "network"}

@@ -16,10 +16,15 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.unit.deploy.test_compose import compose
+import yaml
 
+ROOT = Path(__file__).resolve().parents[3]
 CONSUMERS = ("worker", "act", "console")
 MOUNT = "/etc/trainguard/keys"
+
+
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
 def key_volumes(svc: dict[str, Any]) -> dict[str, str]:

@@ -9,18 +9,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaProducer
 
 from actions.journal import Journal
 from schemas import ActionResult, Codec
+from schemas.signing import KeyRing, Signer
 from schemas.topics import Topics
 from streams.act.command_bus import KafkaCommandBus
 from streams.act.state_mirror import MirrorFenced, StateMirror
 from streams.admin import ensure_topics
 from streams.kafka_io import as_broker
-from tests.integration.streams.act.test_command_bus import ACT, N0, NODES
 
 pytestmark = pytest.mark.broker
+ACT = Signer("act", Ed25519PrivateKey.generate())
+N0 = Signer("n0", Ed25519PrivateKey.generate())
+NODES = KeyRing({"n0": N0.private_key.public_key()})
 RAILS = {"evicted": {"j": ["n1"]}, "cooldown": {"n1": 5.0}}
 
 

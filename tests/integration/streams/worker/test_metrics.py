@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kafka import KafkaProducer
+from processes import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.codec import encode
@@ -30,12 +30,6 @@ from streams.admin import ensure_topics
 pytestmark = pytest.mark.broker
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _scrape(port: int) -> Samples:
@@ -58,7 +52,7 @@ def _get(samples: Samples, name: str, **labels: str) -> float:
 @pytest.fixture
 def worker(kafka: str, topic_prefix: str, tmp_path: Path) -> Iterator[tuple[int, Topics]]:
     """A real worker process with metrics on a free port (served by its Faust web server)."""
-    port = _free_port()
+    port = free_port()
     config = {
         "broker": {"bootstrap": kafka},
         "topics": {"prefix": topic_prefix, "partitions": 2},

@@ -11,7 +11,6 @@ clock (as it once did), this outage would be a hang.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from processes import free_port
 
 from lab.localkafka.broker import LocalBroker
 from schemas import Codec
@@ -33,15 +33,9 @@ pytestmark = pytest.mark.broker
 OUTAGE_S = 60
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
-    settings = BrokerSettings(port=_free_port(), controller_port=_free_port(), data_dir=tmp_path / "kafka", heap_mb=256)
+    settings = BrokerSettings(port=free_port(), controller_port=free_port(), data_dir=tmp_path / "kafka", heap_mb=256)
     broker = LocalBroker(settings, lib_dir=Path(".trainguard/kafka-lib").resolve())
     broker.start()
     yield broker

@@ -1,4 +1,9 @@
-"""The worker's logic without Kafka: decode, route, dead-letter, detect."""
+"""The worker's logic without Kafka: decode, route, dead-letter, detect.
+
+Every message goes in the way the worker's consume loop hands it over: one
+fetch (`process_fetch`) under the guarded event clock, released by its
+watermark, so what is tested is the production path.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +13,26 @@ from detectors.nan import NanDetector
 from detectors.pipeline import DetectionPipeline
 from schemas import Codec, DeadLetter, Heartbeat, Incident, TrainingStep
 from schemas.topics import Topics
-from streams.worker.processor import MessageProcessor, RawMessage
+from streams.worker.processor import MessageProcessor, OutMessage, RawMessage
+from streams.worker.watermark import EventClock
 
 
 def processor() -> MessageProcessor:
     return MessageProcessor(DetectionPipeline([NanDetector()]), Topics("t."))
 
 
+def clock() -> EventClock[object]:
+    return EventClock(max_ahead_s=30.0, idle_after_s=5.0, confirm_within=5, clock=lambda: 0.0)
+
+
+def fetch(proc: MessageProcessor, *messages: RawMessage, events: EventClock[object] | None = None) -> list[OutMessage]:
+    """One fetch of one partition, as the consume loop passes it."""
+    return proc.process_fetch({(messages[0].topic, messages[0].partition): list(messages)}, events or clock())
+
+
 def test_malformed_message_becomes_a_dead_letter_with_reason_and_bytes() -> None:
     proc = processor()
-    out = proc.process(RawMessage(topic="t.training", value=b'{"type":"step"', key=b"j", partition=1, offset=42))
+    out = fetch(proc, RawMessage(topic="t.training", value=b'{"type":"step"', key=b"j", partition=1, offset=42))
     assert [m.topic for m in out] == ["t.dead-letter"]
     letter = Codec().decode(out[0].value)
     assert isinstance(letter, DeadLetter)
@@ -29,12 +44,12 @@ def test_malformed_message_becomes_a_dead_letter_with_reason_and_bytes() -> None
 
 def test_record_on_the_wrong_topic_is_dead_lettered() -> None:
     value = Codec().encode(Heartbeat(ts=1.0, job="j", rank=0, node="n"))
-    out = processor().process(RawMessage(topic="t.gpu", value=value))
+    out = fetch(processor(), RawMessage(topic="t.gpu", value=value))
     assert "does not belong" in Codec().decode(out[0].value).reason
 
 
 def test_tombstone_is_dead_lettered() -> None:
-    out = processor().process(RawMessage(topic="t.training", value=None))
+    out = fetch(processor(), RawMessage(topic="t.training", value=None))
     assert out[0].topic == "t.dead-letter"
 
 
@@ -44,10 +59,13 @@ def test_nan_step_yields_anomaly_and_incident() -> None:
     good = codec.encode(TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=1, loss=3.0))
     bad = codec.encode(TrainingStep(ts=2.0, job="j", rank=2, node="n1", step=2, loss="nan"))
     later = codec.encode(TrainingStep(ts=8.0, job="j", rank=0, node="n0", step=3, loss=3.0))
-    assert proc.process(RawMessage(topic="t.training", value=good)) == []
+    events = clock()
+    first = fetch(proc, RawMessage(topic="t.training", value=good), events=events)
+    assert [(m.topic, m.key, m.value) for m in first] == [("t.node-jobs", b"n0", b"j")]  # which job n0 runs, once
     # the NaN detector reports once event time has moved past its settle time (1 s batching + 2 x 2 s skew)
-    out = proc.process_batch([RawMessage(topic="t.training", value=bad), RawMessage(topic="t.training", value=later)])
-    assert [m.topic for m in out] == ["t.anomalies", "t.incidents"]
+    out = fetch(proc, RawMessage(topic="t.training", value=bad), RawMessage(topic="t.training", value=later),
+                events=events)
+    assert [m.topic for m in out] == ["t.anomalies", "t.incidents", "t.node-jobs"]  # n1's job, first seen
     incident = codec.decode(out[1].value)
     assert isinstance(incident, Incident)
     assert (incident.kind, incident.job, incident.ranks, incident.step) == ("nan", "j", [2], 2)
@@ -63,7 +81,7 @@ def test_dead_letters_of_any_size_fit_a_kafka_message() -> None:
     proc = processor()
     for size in (700_000, (1 << 20) + 1, 5_000_000, 20_000_000):
         value = b"{" + b"x" * (size - 1)
-        out = proc.process(RawMessage(topic="t.gpu", value=value, partition=3, offset=77))
+        out = fetch(proc, RawMessage(topic="t.gpu", value=value, partition=3, offset=77))
         assert len(out) == 1 and len(out[0].value) < 1 << 20
         letter = decode_record(out[0].value)
         assert (letter.original_size, letter.partition, letter.offset) == (size, 3, 77)
@@ -82,7 +100,7 @@ def test_incidents_are_signed_when_the_worker_holds_a_key() -> None:
     codec = Codec()
     bad = codec.encode(TrainingStep(ts=2.0, job="j", rank=2, node="n1", step=2, loss="nan"))
     later = codec.encode(TrainingStep(ts=8.0, job="j", rank=0, node="n0", step=3, loss=3.0))  # past settle + skew
-    out = proc.process_batch([RawMessage(topic="t.training", value=bad), RawMessage(topic="t.training", value=later)])
+    out = fetch(proc, RawMessage(topic="t.training", value=bad), RawMessage(topic="t.training", value=later))
     incidents = [m for m in out if m.topic == "t.incidents"]
     assert incidents and all(m.headers for m in incidents)
     ring = KeyRing({"worker": worker.private_key.public_key()})
