@@ -1,4 +1,4 @@
-"""The test suite's one set of fakes: executors, agents' answers and clocks standing in for the fleet.
+"""The test suite's one set of fakes: executors, agents' answers, clocks and a sink standing in for the fleet.
 
 Unit tests drive act's runner without agents, schedulers or a clock: these
 are what stands in for them. Each fake records what it was asked, so a test
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schemas.actions import AGENT_ACTIONS, CLUSTER_ACTIONS
-from schemas.records import ActionCommand, ActionResult
+from schemas.records import ActionCommand, ActionResult, Record
 from schemas.selfcheck import neighbour_pairs
 
 Reply = Callable[[ActionCommand, list[str]], ActionResult]
@@ -140,3 +140,28 @@ def agent_answer(command: ActionCommand, bad: str) -> ActionResult:
         report = {"machine": machine, "stages": {"replay": [{"status": "ok", "ok": machine != bad}]}}
     return ActionResult(ts=1.0, command_id=command.id, action=command.action, status="ok", node=machine,
                         job=command.job, details={"per_node": {machine: "ok"}, "machine_report": report})
+
+
+class ListSink:
+    """The sink collectors publish into (the agent, the node loop, the training hook): keeps every record.
+
+    Thread-safe: the heartbeat thread publishes too.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self._lock = threading.Lock()
+
+    def publish(self, record: Record) -> None:
+        with self._lock:
+            self.records.append(record)
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        return True
+
+    def stats(self) -> dict[str, int]:
+        return {"spooled": 0}
+
+    def of(self, kind: type) -> list:  # type: ignore[type-arg]
+        with self._lock:
+            return [r for r in self.records if isinstance(r, kind)]

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The GPU run (issue 23, item 7), at most 8 minutes, on a machine with an NVIDIA GPU:
+#   0. the GPU test tier (tests/gpu), where pytest is installed;
 #   1. the NVML collector against the real device (collectors.nvml, real pynvml);
 #   2. the training hook and the every-step checkpoint, per step, with CUDA tensors (a side stream into
 #      page-locked slots), against the same loop uninstrumented (benchmarks/gpu/step_overhead.py);
@@ -52,6 +53,12 @@ missing="$("$PY" -c 'import importlib.util as u; print(" ".join(m for m in ("tor
 
 mkdir -p "$OUT_DIR" && : > "$OUT_DIR/notes.txt"
 export PYTHONUNBUFFERED=1
+
+# 0: the GPU test tier (tests/gpu: NVML, the hook and the checkpoint on the device), at most 90 s, where pytest is
+if [ -z "$CPU" ] && "$PY" -c 'import pytest' 2>/dev/null; then
+  timeout 90 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/gpu > "$OUT_DIR/gpu-tests.log" 2>&1 \
+    || note "gpu tests: exit code $? (see gpu-tests.log)"
+fi
 
 # 1 + 2: NVML and the step overhead, at most 4 minutes
 timeout 240 "$PY" -m benchmarks.gpu.measure --out "$OUT_DIR" ${CPU:+--cpu} > "$OUT_DIR/measure.log" 2>&1 \

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from fake_kube_api import FakeKube
+from fakes import ListSink
 from kubernetes import client as k8s
-from list_sink import ListSink
 
 from collectors.metrics import CollectorMetrics
 from collectors.node import NodeLoop

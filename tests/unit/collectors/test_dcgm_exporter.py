@@ -11,7 +11,7 @@ import time
 
 import pytest
 from dcgm_server import FIXTURES, DcgmExporterFixture
-from list_sink import ListSink
+from fakes import ListSink
 
 from collectors.dcgm_exporter import XidTracker, parse_exposition
 from collectors.dcgm_source import SOURCE, DcgmExporterCollector

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from list_sink import ListSink
+from fakes import ListSink
 
 from collectors.metrics import CollectorMetrics
 from collectors.node import NodeLoop, Scheduled

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from list_sink import ListSink
+from fakes import ListSink
 
 from schemas.codec import Codec
 from schemas.records import CheckpointEvent, Heartbeat, JobTopology, PhaseChange, TrainingStep

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from list_sink import ListSink
+from fakes import ListSink
 
 from collectors.agent.node_agent import Agent
 from schemas.codec import Codec

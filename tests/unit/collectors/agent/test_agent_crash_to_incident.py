@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from list_sink import ListSink
+from fakes import ListSink
 
 from collectors.agent.node_agent import Agent
 from detectors.logs import UserErrorDetector
