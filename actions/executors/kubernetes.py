@@ -137,6 +137,21 @@ class KubernetesExecutor:
         self._event(kind="Node", name=node, namespace="", uid=node,
                     reason="TrainguardCordon" if cordon else "TrainguardUncordon", message=note, warning=cordon)
 
+    def mark_lemon(self, node: str, *, quarantined: bool, reason: str) -> dict[str, Any]:
+        """Set the node's `TrainguardLemon` condition and record an Event (`kubectl describe node` shows both).
+
+        The cordon from the eviction stays as it was: a release lifts the quarantine, not the cordon,
+        which goes with the node's return to the pool.
+        """
+        if why := invalid_nodes([node], K8S_NODE):
+            raise ValueError(why)
+        note = f"trainguard lemon: {reason}" if quarantined else f"trainguard lemon quarantine lifted: {reason}"
+        self.api.patch_node_status(node, objects.lemon_condition_patch(quarantined=quarantined, message=note,
+                                                                       now=self.clock()))
+        self._event(kind="Node", name=node, namespace="", uid=node, warning=quarantined, message=note,
+                    reason="TrainguardLemon" if quarantined else "TrainguardLemonReleased")
+        return {"condition": objects.LEMON_CONDITION, "status": "True" if quarantined else "False", "event": True}
+
     # --- pods --------------------------------------------------------------------------------
 
     def _pods_on(self, node: str) -> list[Any]:
