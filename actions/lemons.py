@@ -176,10 +176,10 @@ def _verdict(entry: dict[str, Any], policy: LemonPolicy, now: float) -> str:
     if len(incidents) >= policy.incidents:
         jobs = sorted({str(i.get("job", "")) for i in incidents})
         kinds = sorted({str(i.get("kind", "")) for i in incidents})
-        return (f"lemon: {len(incidents)} {'/'.join(kinds)} incidents in {days:g} days "
+        return (f"{len(incidents)} {'/'.join(kinds)} incidents in {days:g} days "
                 f"(jobs {', '.join(jobs)}; threshold {policy.incidents})")
     if len(checks) >= policy.failed_selfchecks:
-        return f"lemon: {len(checks)} failed self-checks in {days:g} days (threshold {policy.failed_selfchecks})"
+        return f"{len(checks)} failed self-checks in {days:g} days (threshold {policy.failed_selfchecks})"
     return ""
 
 
