@@ -92,7 +92,7 @@ def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], d
         state["breaker"] = {"tripped": False, "reason": "", "evictions": []}
         return _outcome(command, True, f"circuit breaker reset ({was})", state, decision, now)
     if command.verb == "release_node":
-        return _release_node(command, state, decision, now, lemons or {})
+        return _release_node(command, state, decision, now, lemons or {}, checks or {})
     if is_quarantined(lemons or {}, command.subject_id):
         return _outcome(command, False, f"{command.subject_id} stays out: quarantined as a lemon "
                         f"({node_entry(lemons or {}, command.subject_id)['quarantined'].get('reason', '')}); "
@@ -102,12 +102,15 @@ def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], d
 
 
 def _release_node(command: OperatorCommand, state: dict[str, Any], decision: Decision | None, now: float,
-                  lemons: dict[str, Any]) -> OperatorOutcome:
+                  lemons: dict[str, Any], checks: dict[str, Any]) -> OperatorOutcome:
+    """Lift a lemon's quarantine; with a passing self-check act holds, it goes back to the pool at once."""
     released, why = release(lemons, command.subject_id, operator=command.operator, reason=command.reason, now=now)
     if why:
         return _outcome(command, False, f"refused: {why}", state, decision, now)
-    out = _outcome(command, True, f"{command.subject_id} released from quarantine by {command.operator}; it "
-                   "returns to the standby pool on its next passing self-check", state, decision, now)
+    back = _return_node(command, state, decision, now, checks)
+    then = f"; {back.message}" if back.applied else "; it returns to the standby pool on its next passing self-check"
+    out = _outcome(command, True, f"{command.subject_id} released from quarantine by {command.operator}{then}",
+                   back.rails if back.applied else state, decision, now)
     return dataclasses.replace(out, lemons=released)
 
 

@@ -81,7 +81,8 @@ class SlurmExecutor:
         """
         if why := invalid_nodes([node]):
             raise ValueError(why)
-        text = f"trainguard lemon: {reason}" if quarantined else f"trainguard: lemon released ({reason}), awaiting return"
+        text = (f"trainguard lemon: {reason}" if quarantined
+                else f"trainguard: lemon released ({reason}), awaiting return")
         args = ["update", f"NodeName={node}", "State=DRAIN", f"Reason={text[:200]}"]
         code, output = self._run(args)
         if code != 0:

@@ -147,6 +147,18 @@ def test_a_passing_selfcheck_does_not_return_a_lemon_and_a_release_is_audited() 
     assert back.applied and back.rails["pool"]["spares"] == ["bad"]
 
 
+def test_a_release_returns_the_node_at_once_when_act_holds_its_passing_selfcheck() -> None:
+    held = record_selfcheck({}, ["bad"], passed=True, source="d9-1-x", now=99.0)
+    out = apply_operator_command(cmd("release_node", "bad"), rails=RAILS, decision=None, now=101.0, checks=held,
+                                 lemons=LEMON)
+    assert out.applied and out.rails["pool"]["spares"] == ["bad"] and out.rails["evicted"]["j3"] == []
+    assert "returned to the standby pool" in out.message
+    failed = record_selfcheck(held, ["bad"], passed=False, source="d9-2-x", now=100.0)
+    kept = apply_operator_command(cmd("release_node", "bad"), rails=RAILS, decision=None, now=101.0, checks=failed,
+                                  lemons=LEMON)
+    assert kept.applied and kept.rails["pool"]["spares"] == [] and "next passing self-check" in kept.message
+
+
 def test_releasing_a_node_that_is_not_quarantined_is_refused_with_the_reason() -> None:
     out = apply_operator_command(cmd("release_node", "good"), rails=RAILS, decision=None, now=101.0, lemons=LEMON)
     assert not out.applied and out.lemons is None and "good has no lemon history" in out.message
