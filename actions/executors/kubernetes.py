@@ -10,7 +10,9 @@ users expect to see:
   - wait until the evicted pods are gone, with a timeout;
   - set the node condition `TrainguardHealthy` and record an Event on the node
     and on every evicted pod, so `kubectl describe` tells the story.
-Uncordoning removes our taint and sets the condition back to True. Only
+Uncordoning removes our taint and sets the condition back to True. A lemon
+node (`actions.lemons`) gets its own condition, `TrainguardLemon`, and an
+Event (`mark_lemon`). Only
 cluster-level verbs live here; restarts and self-checks go to the node
 agents. Permissions: deploy/helm/trainguard/templates/rbac.yaml. Object
 shapes: actions/executors/kubernetes_objects.py.

@@ -264,13 +264,24 @@ def test_act_quarantines_marks_refuses_the_pool_and_only_a_signed_release_lifts_
 
 
 def test_a_failed_selfcheck_counts_against_its_culprits_only(tmp_path: Path) -> None:
+    """Through act's own accounting of a plan's self_check steps: the culprits it names, never the whole check."""
     console = Signer("console", Ed25519PrivateKey.generate())
     core = core_at(tmp_path, Recording(), console, [])
+    journal = core.runner.journal
     try:
         for n in range(2):
-            core._note_failed_checks(["bad"], f"d{n}-1-x")
-        assert lemons.is_quarantined(core.runner.journal.get_state("lemons"), "bad")
-        assert not lemons.is_quarantined(core.runner.journal.get_state("lemons"), "j1b")
+            decision = core.engine.decide(hw("j1", n))
+            journal.record_decision(decision)
+            check = ActionResult(ts=NOW, command_id=f"{decision.id}-0-abc", action="self_check", status="failed",
+                                 job="j1", details={"machines": ["bad", "j1b", "j1c"], "culprits": ["bad"]})
+            journal.record_step(decision.id, 0, check)
+            core._account(decision, decision)
+            again = lemons.node_entry(journal.get_state("lemons"), "bad")["selfchecks"]
+            core._account(decision, decision)  # accounted twice (a resumed plan): the same check, counted once
+            assert lemons.node_entry(journal.get_state("lemons"), "bad")["selfchecks"] == again
+        assert lemons.is_quarantined(journal.get_state("lemons"), "bad")
+        for innocent in ("j1b", "j1c"):
+            assert lemons.node_entry(journal.get_state("lemons"), innocent)["selfchecks"] == []
     finally:
         core.close(wait=True)
-        core.runner.journal.close()
+        journal.close()
