@@ -336,8 +336,7 @@ class ActCore:
             if out.lemons is not None:
                 runner.journal.put_state(LEMONS_KEY, out.lemons)
             if out.applied:
-                if command.verb in ("return_node", "release_node"):  # the pass is used up: a new eviction
-                    # needs a new one
+                if command.verb in ("return_node", "release_node"):  # the pass is used up (a new one per eviction)
                     runner.journal.put_state("selfchecks", {n: v for n, v in checks.items()
                                                             if n != command.subject_id})
                 runner.journal.put_state("rails", out.rails)
