@@ -58,7 +58,11 @@ from actions.attempt_keys import AttemptKeys, Held
 from actions.engine import DecisionEngine
 from actions.ettr import EttrAccount
 from actions.knowledge import JobKnowledge
+from actions.lemons import STATE_KEY as LEMONS_KEY
+from actions.lemons import LemonPolicy
+from actions.lemons import quarantined as lemon_nodes
 from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command, record_selfcheck
+from actions.quarantine import Quarantine
 from actions.rollout import ROLLOUT_KINDS
 from actions.runner import PlanRunner
 from detectors.common import Bounded, bounded_evictions
@@ -100,6 +104,8 @@ class ActMetrics(Protocol):
 
     def rollout(self, kinds: Mapping[str, str], rules: Mapping[str, str]) -> None: ...
 
+    def lemons(self, count: int) -> None: ...
+
 
 class NoMetrics:
     """The default `ActMetrics`: counts nothing (tests, tools, a core without an exporter)."""
@@ -122,6 +128,9 @@ class NoMetrics:
     def rollout(self, kinds: Mapping[str, str], rules: Mapping[str, str]) -> None:
         """Show nothing."""
 
+    def lemons(self, count: int) -> None:
+        """Show nothing."""
+
 
 class ActCore:
     """Observe state, decide on incidents, run plans; thread-safe where the app needs it."""
@@ -133,7 +142,7 @@ class ActCore:
                  worker_keys: KeyRing | None = None, durable: Callable[[], object] | None = None,
                  clock: Callable[[], float] = time.time, record_skew_s: float = 600.0,
                  console_keys: KeyRing | None = None, max_clock_skew_s: float = 30.0,
-                 job_records_trusted: bool = False) -> None:
+                 job_records_trusted: bool = False, lemons: LemonPolicy | None = None) -> None:
         self.engine = engine
         self.runner = runner
         self.knowledge = knowledge
@@ -158,6 +167,9 @@ class ActCore:
         self.max_clock_skew_s = max_clock_skew_s
         self.job_records_trusted = job_records_trusted  # True: checkpoints and topologies unsigned (ACLs alone)
         self.attempt_keys = AttemptKeys(max_jobs=max_jobs)
+        self.quarantine = Quarantine(runner=runner, policy=lemons or LemonPolicy(), publish=publish,
+                                     submit=self._pool.submit, gauge=self.metrics.lemons)
+        self.quarantine.show()
         for job, state in runner.journal.states(KEYS_PREFIX).items():
             self.attempt_keys.restore(job, state)
         reported = runner.reported_attempt  # a restart goes beyond any attempt the job's agents announced
@@ -317,11 +329,14 @@ class ActCore:
             checks = runner.journal.get_state("selfchecks")
             out = apply_operator_command(command, rails=runner.journal.get_state("rails"), decision=decision,
                                          now=runner.clock(), max_age_s=self.operator_max_age_s, checks=checks,
-                                         rollout=runner.rails.rollout, overrides=runner.journal.get_state("rollout"))
+                                         rollout=runner.rails.rollout, overrides=runner.journal.get_state("rollout"),
+                                         lemons=runner.journal.get_state(LEMONS_KEY))
             if out.rollout is not None:  # durable: the journal is mirrored on act-state
                 runner.journal.put_state("rollout", out.rollout)
+            if out.lemons is not None:
+                runner.journal.put_state(LEMONS_KEY, out.lemons)
             if out.applied:
-                if command.verb == "return_node":  # the pass is used up: an evicted-again node needs a new one
+                if command.verb in ("return_node", "release_node"):  # the pass is used up (a new one per eviction)
                     runner.journal.put_state("selfchecks", {n: v for n, v in checks.items()
                                                             if n != command.subject_id})
                 runner.journal.put_state("rails", out.rails)
@@ -329,6 +344,8 @@ class ActCore:
                 if out.decision is not None and out.decision is not decision:
                     runner.journal.update_decision(out.decision)
         self.publish(out.audit)
+        if out.applied and command.verb == "release_node":
+            self.quarantine.released(command.subject_id, command.operator)
         if out.applied and command.verb == "approve":
             self.resume()  # the approved plan runs now, not at the next timer tick
 
@@ -339,6 +356,11 @@ class ActCore:
             journal.put_state("selfchecks", record_selfcheck(journal.get_state("selfchecks"), nodes, passed=passed,
                                                              source=source, now=self.runner.clock()))
 
+    def _note_failed_checks(self, nodes: list[str], source: str) -> None:
+        """Count a failed self-check against each node it blames (a lemon after `failed_selfchecks`)."""
+        for node in nodes:
+            self.quarantine.selfcheck(node, passed=False, source=source)
+
     def show_rails(self) -> None:
         """Publish the breaker, standby pool and evicted nodes when they changed (the console's view)."""
         runner = self.runner
@@ -348,7 +370,8 @@ class ActCore:
                 "breaker": {"tripped": rails.breaker.tripped, "reason": rails.breaker.trip_reason},
                 "pool": rails.pool.snapshot(), "approval_kinds": list(rails.approval_kinds),
                 "rollout": rails.rollout.snapshot(),
-                "evicted": {j: sorted(ns) for j, ns in runner.evicted.items()}}
+                "evicted": {j: sorted(ns) for j, ns in runner.evicted.items()},
+                "lemons": lemon_nodes(runner.journal.get_state(LEMONS_KEY))}
         if shown != self._rails_shown:
             self._rails_shown = shown
             self.metrics.rollout(rails.rollout.modes_by_kind(list(ROLLOUT_KINDS)), rails.rollout.rules)
@@ -369,6 +392,7 @@ class ActCore:
         if admitted is None:
             return None
         self.publish(admitted)
+        self.quarantine.incident(admitted, list(incident.nodes))  # journaled before the offset is committed
         self.decided += 1
         self.metrics.decided(kind=admitted.kind, rule=admitted.rule, status=admitted.status)
         if admitted.status == "planned" and not admitted.dry_run:
@@ -443,6 +467,9 @@ class ActCore:
             if result.action == "self_check" and isinstance(machines, list):  # a check act itself ran
                 self._note_selfcheck([str(m) for m in machines], passed=result.status == "ok",
                                      source=result.command_id)
+                if result.status == "failed":  # the machines it blames, only: a check names its culprits
+                    blamed = result.details.get("culprits") or (machines if len(machines) == 1 else [])
+                    self._note_failed_checks([str(m) for m in blamed], result.command_id)
         rails = self.runner.rails
         self.metrics.rails(breaker_tripped=rails.breaker.tripped, pool_size=rails.pool.size)
         with self._lock:

@@ -23,7 +23,10 @@ Why each guard:
   itself holds (`checks`: a check act ran, or a result the node's own agent
   signed), never on a report carried in the command: whoever can write the
   operator topic could write `{"passed": true}`. A return uses the pass up,
-  so a node evicted again needs a new check.
+  so a node evicted again needs a new check;
+* a quarantined (lemon) node does not go back on a passing self-check at all
+  (`actions.lemons`): only `release_node` lifts the quarantine, and it refuses a
+  node that is not quarantined, so a typo never clears another node's history.
 
 Who may send a command at all is decided before this module is reached: act
 verifies the console's signature (`actions.core.ActCore.trusts`).
@@ -38,6 +41,7 @@ from typing import Any
 
 import msgspec
 
+from actions.lemons import is_quarantined, node_entry, release
 from actions.rollout import RolloutPolicy, apply_change, overridden
 from schemas.records import AuditEntry, Decision, OperatorCommand
 
@@ -54,19 +58,22 @@ class OperatorOutcome:
     decision: Decision | None
     audit: AuditEntry
     rollout: dict[str, Any] | None = None  # set_rollout: the journaled operator overrides after it
+    lemons: dict[str, Any] | None = None  # release_node: the journaled lemon state after it
 
 
 def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], decision: Decision | None,
                            now: float, max_age_s: float = DEFAULT_MAX_AGE_S,
                            checks: dict[str, Any] | None = None, rollout: RolloutPolicy | None = None,
-                           overrides: dict[str, Any] | None = None) -> OperatorOutcome:
+                           overrides: dict[str, Any] | None = None,
+                           lemons: dict[str, Any] | None = None) -> OperatorOutcome:
     """The new rails state and decision after `command`; inputs are not modified.
 
     `rails` is the journal's `"rails"` blob (`breaker`, `pool`, `evicted` ...);
     `decision` is the journaled decision `command.subject_id` names, if any;
     `checks` is act's own latest self-check verdict per node
     (`{node: {"passed": bool, ...}}`, see `record_selfcheck`);
-    `rollout` is the policy in force and `overrides` the operators' journaled changes (set_rollout).
+    `rollout` is the policy in force and `overrides` the operators' journaled changes (set_rollout);
+    `lemons` is the journaled lemon state (`actions.lemons`: return_node, release_node).
     """
     state = copy.deepcopy(rails)
     if now - command.ts > max_age_s:
@@ -84,7 +91,27 @@ def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], d
         was = f"was tripped: {breaker.get('reason', '')}" if breaker.get("tripped") else "was not tripped"
         state["breaker"] = {"tripped": False, "reason": "", "evictions": []}
         return _outcome(command, True, f"circuit breaker reset ({was})", state, decision, now)
+    if command.verb == "release_node":
+        return _release_node(command, state, decision, now, lemons or {}, checks or {})
+    if is_quarantined(lemons or {}, command.subject_id):
+        return _outcome(command, False, f"{command.subject_id} stays out: quarantined as a lemon "
+                        f"({node_entry(lemons or {}, command.subject_id)['quarantined'].get('reason', '')}); "
+                        "a passing self-check does not return it, an operator's release_node does", state,
+                        decision, now)
     return _return_node(command, state, decision, now, checks or {})
+
+
+def _release_node(command: OperatorCommand, state: dict[str, Any], decision: Decision | None, now: float,
+                  lemons: dict[str, Any], checks: dict[str, Any]) -> OperatorOutcome:
+    """Lift a lemon's quarantine; with a passing self-check act holds, it goes back to the pool at once."""
+    released, why = release(lemons, command.subject_id, operator=command.operator, reason=command.reason, now=now)
+    if why:
+        return _outcome(command, False, f"refused: {why}", state, decision, now)
+    back = _return_node(command, state, decision, now, checks)
+    then = f"; {back.message}" if back.applied else "; it returns to the standby pool on its next passing self-check"
+    out = _outcome(command, True, f"{command.subject_id} released from quarantine by {command.operator}{then}",
+                   back.rails if back.applied else state, decision, now)
+    return dataclasses.replace(out, lemons=released)
 
 
 def _set_rollout(command: OperatorCommand, state: dict[str, Any], decision: Decision | None, now: float,

@@ -26,6 +26,8 @@ import msgspec
 from actions.executors.base import Clock, Executor
 from actions.executors.registry import Routes
 from actions.journal import Journal
+from actions.lemons import STATE_KEY as LEMONS_KEY
+from actions.lemons import is_quarantined
 from actions.replay import ReplayPlan, locate
 from actions.rollout import RolloutPolicy, would_block
 from actions.safety import CircuitBreaker, Cooldown
@@ -233,6 +235,10 @@ class PlanRunner:
             self._resets_seen = requested
             self.reset_breaker()
         for node in self.journal.take_node_returns():  # queued only after a passing self-check
+            if is_quarantined(self.journal.get_state(LEMONS_KEY), node):  # a pass alone never returns a lemon
+                self._audit("standby_return_refused", node, {"reason": "quarantined as a lemon: an operator's "
+                                                             "release_node must come first"})
+                continue
             if self.rails.pool.return_node(node, self_check_passed=True):
                 for gone in self.evicted.values():
                     gone.discard(node)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from actions.lemons import DEFAULT_KINDS, DEFAULT_LOCALISED, LemonPolicy
 from actions.rollout import Mode, RolloutPolicy
 from schemas.records import ANOMALY_KINDS
 
@@ -38,6 +39,36 @@ class SlurmSettings(BaseModel):
 
     scontrol: str = "scontrol"
     timeout_s: float = Field(30.0, gt=0)
+
+
+class LemonSettings(BaseModel):
+    """When a node is a lemon and stays out of the standby pool until an operator releases it (actions.lemons)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    incidents: int = Field(3, ge=1, description="distinct incidents of a lemon kind within window_s (any jobs, "
+                           "any attempts) that quarantine a node")
+    window_s: float = Field(604800.0, gt=0, description="how far back incidents and failed self-checks count "
+                            "(act's clock)")
+    failed_selfchecks: int = Field(2, ge=1, description="failed self-checks within window_s that quarantine a node")
+    kinds: list[str] = Field(default_factory=lambda: list(DEFAULT_KINDS), description="incident kinds that "
+                             "implicate every node they name (faults of the machine itself)")
+    localised_kinds: list[str] = Field(default_factory=lambda: list(DEFAULT_LOCALISED), description="kinds that "
+                                       "implicate a node only when the incident names that one node alone")
+
+    @field_validator("kinds", "localised_kinds")
+    @classmethod
+    def _known(cls, kinds: list[str]) -> list[str]:
+        unknown = [k for k in kinds if k not in ANOMALY_KINDS]
+        if unknown:
+            raise ValueError(f"unknown incident kind(s) {', '.join(unknown)}; known: {', '.join(ANOMALY_KINDS)}")
+        return kinds
+
+    def policy(self) -> LemonPolicy:
+        """The pure policy `actions.lemons` decides with."""
+        return LemonPolicy(incidents=self.incidents, window_s=self.window_s, failed_selfchecks=self.failed_selfchecks,
+                           kinds=tuple(self.kinds), localised_kinds=tuple(self.localised_kinds), enabled=self.enabled)
 
 
 class SelfCheckSettings(BaseModel):
@@ -139,6 +170,7 @@ class ActionSettings(BaseModel):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     selfcheck: SelfCheckSettings = Field(default_factory=SelfCheckSettings)
+    lemons: LemonSettings = Field(default_factory=LemonSettings)
 
     @field_validator("executors")
     @classmethod

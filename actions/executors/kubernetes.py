@@ -10,7 +10,9 @@ users expect to see:
   - wait until the evicted pods are gone, with a timeout;
   - set the node condition `TrainguardHealthy` and record an Event on the node
     and on every evicted pod, so `kubectl describe` tells the story.
-Uncordoning removes our taint and sets the condition back to True. Only
+Uncordoning removes our taint and sets the condition back to True. A lemon
+node (`actions.lemons`) gets its own condition, `TrainguardLemon`, and an
+Event (`mark_lemon`). Only
 cluster-level verbs live here; restarts and self-checks go to the node
 agents. Permissions: deploy/helm/trainguard/templates/rbac.yaml. Object
 shapes: actions/executors/kubernetes_objects.py.
@@ -136,6 +138,21 @@ class KubernetesExecutor:
         # node` searches Events by that, not by the Node object's uid.
         self._event(kind="Node", name=node, namespace="", uid=node,
                     reason="TrainguardCordon" if cordon else "TrainguardUncordon", message=note, warning=cordon)
+
+    def mark_lemon(self, node: str, *, quarantined: bool, reason: str) -> dict[str, Any]:
+        """Set the node's `TrainguardLemon` condition and record an Event (`kubectl describe node` shows both).
+
+        The cordon from the eviction stays as it was: a release lifts the quarantine, not the cordon,
+        which goes with the node's return to the pool.
+        """
+        if why := invalid_nodes([node], K8S_NODE):
+            raise ValueError(why)
+        note = f"trainguard lemon: {reason}" if quarantined else f"trainguard lemon quarantine lifted: {reason}"
+        self.api.patch_node_status(node, objects.lemon_condition_patch(quarantined=quarantined, message=note,
+                                                                       now=self.clock()))
+        self._event(kind="Node", name=node, namespace="", uid=node, warning=quarantined, message=note,
+                    reason="TrainguardLemon" if quarantined else "TrainguardLemonReleased")
+        return {"condition": objects.LEMON_CONDITION, "status": "True" if quarantined else "False", "event": True}
 
     # --- pods --------------------------------------------------------------------------------
 

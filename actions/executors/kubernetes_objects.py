@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 CONDITION_TYPE = "TrainguardHealthy"
+LEMON_CONDITION = "TrainguardLemon"  # True while act holds the node in quarantine (actions.lemons)
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
@@ -80,6 +81,18 @@ def condition_patch(*, healthy: bool, reason: str, message: str, now: float,
     return {"status": {"conditions": [{
         "type": CONDITION_TYPE, "status": status, "reason": reason, "message": message[:1024],
         "lastHeartbeatTime": rfc3339(now), "lastTransitionTime": transition}]}}
+
+
+def lemon_condition_patch(*, quarantined: bool, message: str, now: float) -> dict[str, Any]:
+    """A strategic-merge patch of status.conditions setting `TrainguardLemon` (True: quarantined).
+
+    A condition of its own, not a reason on `TrainguardHealthy`: a lemon may be healthy right now
+    (its self-check passed) and still be held out, which is exactly what operators need to see.
+    """
+    return {"status": {"conditions": [{
+        "type": LEMON_CONDITION, "status": "True" if quarantined else "False",
+        "reason": "RepeatedIncidents" if quarantined else "ReleasedByOperator", "message": message[:1024],
+        "lastHeartbeatTime": rfc3339(now), "lastTransitionTime": rfc3339(now)}]}}
 
 
 def event(*, kind: str, name: str, namespace: str, uid: str | None, event_namespace: str, reason: str,

@@ -73,6 +73,22 @@ class SlurmExecutor:
                 return self._result(command, "failed", f"scontrol {args[0]}: {why}", ran)
         return self._result(command, "ok", "; ".join(" ".join(c["args"][:2]) for c in ran), ran)
 
+    def mark_lemon(self, node: str, *, quarantined: bool, reason: str) -> dict[str, Any]:
+        """Drain the node with a reason that names the quarantine (`sinfo -R` shows it to the admins).
+
+        A release keeps it drained (it is still out of the pool) but says so, so nobody resumes a
+        lemon thinking it was a routine drain, nor keeps one out that an operator released.
+        """
+        if why := invalid_nodes([node]):
+            raise ValueError(why)
+        text = (f"trainguard lemon: {reason}" if quarantined
+                else f"trainguard: lemon released ({reason}), awaiting return")
+        args = ["update", f"NodeName={node}", "State=DRAIN", f"Reason={text[:200]}"]
+        code, output = self._run(args)
+        if code != 0:
+            raise RuntimeError(f"scontrol update: {parse_error(output) or f'exit code {code}'}")
+        return {"args": args, "code": code}
+
     def _run(self, args: list[str]) -> tuple[int, str]:
         try:
             proc = subprocess.run([self.scontrol, *args], capture_output=True, text=True, timeout=self.timeout_s)

@@ -132,7 +132,8 @@ def build_core(settings: ActConfig, *, executors: list[str], dry_run: bool, on_d
                    operator_max_age_s=cfg.operator_max_age_s, node_keys=node_keys, worker_keys=worker_keys,
                    durable=durable, console_keys=sec.ring("console"), max_clock_skew_s=sec.max_clock_skew_s,
                    record_skew_s=cfg.record_skew_s,
-                   job_records_trusted=sec.job_records_trusted_by_acl or (dry_run and not node_keys))
+                   job_records_trusted=sec.job_records_trusted_by_acl or (dry_run and not node_keys),
+                   lemons=cfg.lemons.policy())
     if not worker_keys:
         log.warning("act: %s", ACL_TRUST_WARNING)
         if metrics is not None:

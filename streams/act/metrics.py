@@ -49,6 +49,13 @@ class ActionMetrics:
         self._records_unverified = Gauge("trainguard_act_job_records_unverified",
                                          "1 while checkpoint and topology records are trusted by Kafka ACLs alone "
                                          "(security.job_records_trusted_by_acl)", registry=self.registry)
+        self._lemons = Gauge("trainguard_lemon_nodes", "Nodes quarantined as lemons (repeated incidents or failed "
+                             "self-checks), held out of the standby pool until an operator releases them",
+                             registry=self.registry)
+
+    def lemons(self, count: int) -> None:
+        """Nodes quarantined as lemons now (only an operator's release_node brings one back)."""
+        self._lemons.set(count)
 
     def job_records_trusted_by_acl(self, unverified: bool) -> None:
         """1 while act uses checkpoint and topology records without an attempt key's signature."""

@@ -99,6 +99,7 @@ def create_app(feed: ConsoleFeed, auth: Authenticator, cfg: ConsoleSettings, *,
     app.router.add_post("/api/decisions/{id}/reject", reject)
     app.router.add_post("/api/breaker/reset", reset_breaker)
     app.router.add_post("/api/standby/{node}/return", return_node)
+    app.router.add_post("/api/lemons/{node}/release", release_node)
     app.router.add_post("/api/rollout", set_rollout)
     if manage_feed:
         app.on_startup.append(lambda a: a[FEED].start())
@@ -301,6 +302,19 @@ async def return_node(request: web.Request) -> web.StreamResponse:
     if report is None:
         return _error(409, f"no passing self-check of {node} is known; run one first")
     return await _send(request, "return_node", node, str(body.get("reason", "")), report)
+
+
+async def release_node(request: web.Request) -> web.StreamResponse:
+    """Lift a lemon node's quarantine ({"reason": ...}). Operators only.
+
+    Act decides (a node it does not hold quarantined is refused and audited); the console only
+    refuses at once a node act has not reported as a lemon, so a stale page sends nothing.
+    """
+    node = request.match_info["node"]
+    body = await _body(request)
+    if node not in (request.app[FEED].state.rails.get("lemons") or {}):
+        return _error(409, f"{node} is not quarantined as a lemon (act's latest rails state)")
+    return await _send(request, "release_node", node, str(body.get("reason", "")), {})
 
 
 async def set_rollout(request: web.Request) -> web.StreamResponse:

@@ -167,7 +167,26 @@ def controls(state: ConsoleState) -> dict[str, Any]:
         "pending": pending,
         "pool": {"spares": pool.get("spares", []), "swaps": pool.get("swaps", {})},
         "evicted": returnable,
+        "lemons": lemons_view(rails.get("lemons")),
     }
+
+
+def lemons_view(shown: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The quarantined (lemon) nodes act last published, each with why and its history, newest first.
+
+    Only an operator's release (signed by the console like every command) lets one back into the pool.
+    """
+    rows = []
+    for node, entry in sorted((shown or {}).items()):
+        held = entry.get("quarantined") or {}
+        history = [{"what": "incident", "id": i.get("id", ""), "kind": i.get("kind", ""), "job": i.get("job", ""),
+                    "attempt": i.get("attempt", 0), "ts": i.get("ts", 0.0)} for i in entry.get("incidents", [])]
+        history += [{"what": "failed self-check", "id": c.get("source", ""), "kind": "self_check", "job": "",
+                     "attempt": 0, "ts": c.get("ts", 0.0)} for c in entry.get("selfchecks", [])]
+        rows.append({"node": node, "reason": held.get("reason", ""), "since": held.get("ts", 0.0),
+                     "history": sorted(history, key=lambda h: -float(h["ts"])),
+                     "released": entry.get("released", [])})
+    return rows
 
 
 def rollout_view(shown: dict[str, Any] | None, approval_kinds: list[str] | None = None) -> dict[str, Any]:

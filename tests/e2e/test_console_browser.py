@@ -320,3 +320,28 @@ def test_a_kind_is_demoted_from_the_rollout_panel(stack: Stack) -> None:
     stack.shot("controls-rollout")
     errors = [e for e in stack.browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
+
+
+def test_a_lemon_node_is_shown_with_its_history_and_released_from_the_page(stack: Stack) -> None:
+    """Three hw_fault incidents on n6 make act quarantine it (counted on decision, even one awaiting approval);
+    the Controls page lists it with its three incidents; Release sends a signed release_node that act applies."""
+    stack.login(OPERATOR)
+    stack.browser.get_log("browser")
+    incidents = [incident(stack.tap, ["n6"], xid=79) for _ in range(3)]
+    quarantined = stack.tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "lemon_quarantined"
+                                 and r.subject_id == "n6", 60)
+    assert isinstance(quarantined, AuditEntry)
+    assert [i["id"] for i in quarantined.detail["incidents"]] == [i.id for i in incidents]
+    stack.show("#controls", "controls")
+    row = '#lemons tr[data-node="n6"]'
+    stack.wait(lambda b: b.find_elements(By.CSS_SELECTOR, row), 30)
+    history = stack.browser.find_element(By.CSS_SELECTOR, f"{row} ul.lemon-history").text
+    assert all(i.id in history for i in incidents) and "3 hw_fault incidents" in stack.browser.find_element(
+        By.CSS_SELECTOR, row).text
+    stack.shot("controls-lemons")
+    stack.click(f"{row} button.release")
+    released = stack.tap.wait(audited("operator_release_node", applied=True), 20)
+    assert isinstance(released, AuditEntry) and released.actor == "alice" and released.subject_id == "n6"
+    stack.wait(lambda b: not b.find_elements(By.CSS_SELECTOR, row), 20)  # act's next rails_state: no lemon
+    errors = [e for e in stack.browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []

@@ -222,3 +222,21 @@ def test_sbatch_example_runs_one_agent_per_node(slurm: Slurm, kafka: str, topic_
                     exits[rec.node] = rec.exit_code
     consumer.close()
     assert exits == {"gn1": 0, "gn2": 0}, output
+
+
+def test_a_lemon_is_drained_on_real_slurm_with_a_reason_naming_the_quarantine(
+        slurm: Slurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`SlurmExecutor.mark_lemon` against the real slurmctld: `scontrol show node` (and `sinfo -R`) tell the admins
+    why the node is out, and a release keeps it drained (still out of the pool) with a reason that says so."""
+    from actions.executors.slurm import SlurmExecutor
+
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    ex = SlurmExecutor(clock=time.time)
+    ex.mark_lemon("gn1", quarantined=True, reason="3 hw_fault incidents in 7 days (jobs 11, 12, 13; threshold 3)")
+    shown = slurm.node("gn1")
+    assert "DRAIN" in shown and "Reason=trainguard lemon: 3 hw_fault incidents in 7 days" in shown, shown
+    ex.mark_lemon("gn1", quarantined=False, reason="released by alice")
+    shown = slurm.node("gn1")
+    assert "DRAIN" in shown and "Reason=trainguard: lemon released (released by alice)" in shown, shown
+    with pytest.raises(RuntimeError, match="scontrol update"):
+        ex.mark_lemon("gn9", quarantined=True, reason="no such node")  # slurmctld's own refusal, surfaced

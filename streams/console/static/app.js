@@ -260,6 +260,10 @@ async function renderControls() {
     c.evicted.map((n) => el("tr", {}, el("td", {}, n.node),
       el("td", {}, n.selfcheck ? [pill(n.selfcheck.passed ? "ok" : "failed"), " ", when(n.selfcheck.ts)] : el("span", { cls: "dim" }, "none yet")),
       el("td", {}, el("button", { cls: "return", disabled: !can || !(n.selfcheck && n.selfcheck.passed), on: { click: () => act(`/api/standby/${encodeURIComponent(n.node)}/return`, {}, "return " + n.node) } }, "Return node after self-check")))));
+  const lemons = el("table", { id: "lemons" }, el("tr", {}, ["node", "why", "since", "history", ""].map((h) => el("th", {}, h))),
+    (c.lemons || []).map((n) => el("tr", { "data-node": n.node }, el("td", {}, n.node), el("td", {}, n.reason), el("td", {}, when(n.since)),
+      el("td", {}, el("ul", { cls: "lemon-history" }, n.history.map((h) => el("li", {}, `${h.what} ${h.kind} ${h.id}${h.job ? " (job " + h.job + ", attempt " + h.attempt + ")" : ""} `, when(h.ts))))),
+      el("td", {}, el("button", { cls: "release danger", disabled: !can, on: { click: () => act(`/api/lemons/${encodeURIComponent(n.node)}/release`, { reason: "released in the console" }, "release " + n.node) } }, "Release")))));
   const swaps = Object.entries(c.pool.swaps);
   const modes = ["observe", "approve", "auto"];
   const modeButtons = (subject, current) => modes.map((m) => el("button", { cls: "rollout-" + m, "data-mode": m, disabled: !can || m === current,
@@ -282,7 +286,10 @@ async function renderControls() {
     rollout,
     el("div", { cls: "panel", id: "standby" }, el("h2", {}, `Standby pool (${c.pool.spares.length} ready)`), el("div", {}, c.pool.spares.join(", ") || "empty"),
       swaps.length ? el("div", { cls: "dim" }, "swapped in: " + swaps.map(([s, n]) => `${s} for ${n}`).join(", ")) : null,
-      el("h2", {}, "Evicted nodes"), evicted));
+      el("h2", {}, "Evicted nodes"), evicted),
+    el("div", { cls: "panel", id: "lemon-nodes" }, el("h2", {}, `Quarantined lemon nodes (${(c.lemons || []).length})`),
+      el("div", { cls: "dim" }, "held out of the standby pool after repeated incidents or failed self-checks; a passing self-check does not return one, an operator's release does"),
+      lemons));
 }
 
 start();

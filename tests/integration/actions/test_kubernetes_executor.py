@@ -168,3 +168,28 @@ def test_unknown_node_is_a_failed_result_not_an_exception(fake_kube: Any) -> Non
     with fake_kube(["n1"], []) as kube:
         result = executor(kube).execute(command("cordon_node", "ghost"), targets=["ghost"])
         assert result.status == "failed" and "404" in result.message
+
+
+def test_a_lemon_gets_its_own_condition_and_event_and_a_release_lifts_only_that(fake_kube: Any) -> None:
+    """Quarantine sets `TrainguardLemon` True (validated by the fake as a NodeCondition) and a Warning Event;
+    the release sets it False with a Normal Event, leaving the eviction's cordon to the node's return."""
+    with fake_kube(["n1"], []) as kube:
+        ex = executor(kube)
+        assert ex.execute(command("cordon_node", "n1"), targets=["n1"]).status == "ok"
+        done = ex.mark_lemon("n1", quarantined=True, reason="3 hw_fault incidents in 7 days (jobs a, b, c)")
+        assert done["condition"] == "TrainguardLemon"
+        cond = {c["type"]: c for c in kube.nodes["n1"]["status"]["conditions"]}
+        assert cond["TrainguardLemon"]["status"] == "True" and cond["TrainguardLemon"]["reason"] == "RepeatedIncidents"
+        assert "3 hw_fault incidents" in cond["TrainguardLemon"]["message"]
+        assert cond["TrainguardHealthy"]["status"] == "False"  # the eviction's own condition is left alone
+        lemon = kube.events[-1]
+        assert (lemon["reason"], lemon["type"], lemon["involvedObject"]["name"]) == ("TrainguardLemon", "Warning", "n1")
+        ex.mark_lemon("n1", quarantined=False, reason="released by alice")
+        cond = {c["type"]: c for c in kube.nodes["n1"]["status"]["conditions"]}
+        assert cond["TrainguardLemon"]["status"] == "False" and cond["TrainguardLemon"]["reason"] == "ReleasedByOperator"
+        assert kube.nodes["n1"]["spec"]["unschedulable"] is True  # still cordoned: a release is not a return
+        assert [e["reason"] for e in kube.events][-2:] == ["TrainguardLemon", "TrainguardLemonReleased"]
+        assert kube.events[-1]["type"] == "Normal"
+        with pytest.raises(ValueError, match="not a single node name"):
+            ex.mark_lemon("gpu[1-9]", quarantined=True, reason="x")
+        assert kube.rejected == []

@@ -90,3 +90,18 @@ def test_missing_scontrol_is_a_clear_failure(tmp_path: Path) -> None:
     cmd = ActionCommand(ts=1.0, id="c1", action="cordon_node", nodes=["n"])
     result = SlurmExecutor(clock=lambda: 2.0, scontrol=str(tmp_path / "absent")).execute(cmd, targets=["n"])
     assert result.status == "failed" and "not found" in result.message
+
+
+def test_a_lemon_is_drained_with_a_reason_that_names_the_quarantine(scontrol: Path) -> None:
+    ex = SlurmExecutor(clock=lambda: 2.0)
+    ex.mark_lemon("gpu-01", quarantined=True, reason="3 hw_fault incidents in 7 days (jobs 1, 2, 3)")
+    ex.mark_lemon("gpu-01", quarantined=False, reason="released by alice")
+    assert calls(scontrol) == [
+        ["update", "NodeName=gpu-01", "State=DRAIN",
+         "Reason=trainguard lemon: 3 hw_fault incidents in 7 days (jobs 1, 2, 3)"],
+        ["update", "NodeName=gpu-01", "State=DRAIN",
+         "Reason=trainguard: lemon released (released by alice), awaiting return"]]
+    with pytest.raises(RuntimeError, match="Invalid node name"):
+        ex.mark_lemon("gpu-99", quarantined=True, reason="x")
+    with pytest.raises(ValueError, match="not a single node name"):
+        ex.mark_lemon("gpu-[01-99]", quarantined=True, reason="x")
