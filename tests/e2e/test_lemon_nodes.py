@@ -39,8 +39,7 @@ from schemas.codec import Codec
 from schemas.records import AuditEntry, Incident, OperatorCommand, Record
 from schemas.signing import Signer, load_signer
 from schemas.topics import Topics, key_for
-from tests.e2e.test_actions_local import Tap
-from tests.e2e.test_rails_hold import agent, base_env, job_records, start
+from tests.e2e.act_kit import Tap, agent, base_env, job_records, trainguard
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 LEMON = "lemon-1"
@@ -109,7 +108,7 @@ def test_a_lemon_is_quarantined_survives_sigkill_and_a_rebuild_and_only_a_signed
     for job in JOBS:
         (tmp_path / job).mkdir()
     agents = [agent(env, tmp_path / job, job, node) for job, other in JOBS.items() for node in (LEMON, other)]
-    acts = [start(env, "act", "--executor", "local", "--timeout", "400")]
+    acts = [trainguard(env, "act", "--executor", "local", "--timeout", "400")]
     try:
         now = time.time()
         for job, other in JOBS.items():
@@ -141,7 +140,7 @@ def test_a_lemon_is_quarantined_survives_sigkill_and_a_rebuild_and_only_a_signed
         time.sleep(2.0)  # the quarantine reaches act-state (mirrored asynchronously)
         kill(acts[0])
         assert lemon_state(journal)["quarantined"]
-        acts.append(start(env, "act", "--executor", "local", "--timeout", "300"))  # same journal
+        acts.append(trainguard(env, "act", "--executor", "local", "--timeout", "300"))  # same journal
         mark = len(tap.seen)
         shown = audited(tap, "rails_state", after=mark)
         assert LEMON in shown.detail["lemons"]
@@ -152,7 +151,7 @@ def test_a_lemon_is_quarantined_survives_sigkill_and_a_rebuild_and_only_a_signed
         kill(acts[1])
         shutil.rmtree(state_dir)  # a new machine: act rebuilds from the act-state topic alone
 
-        acts.append(start(env, "act", "--executor", "local", "--timeout", "300"))
+        acts.append(trainguard(env, "act", "--executor", "local", "--timeout", "300"))
         mark = len(tap.seen)
         shown = audited(tap, "rails_state", after=mark)
         assert shown.detail["lemons"][LEMON]["quarantined"] == before["quarantined"]
