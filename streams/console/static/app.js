@@ -260,7 +260,9 @@ async function renderReport() {  // the shadow report: read before promoting a r
     el("td", {}, x.would_block), el("td", { cls: "verdicts" }, x.verdicts.true === undefined ? "–" : `${x.verdicts.true}/${x.verdicts.false}/${x.verdicts.unsure}`),
     el("td", { cls: "precision" }, pct(r.precision[x.rule]))));
   return el("div", {}, el("h1", {}, "Shadow report"),
-    el("div", { cls: "dim" }, `${r.decisions} decision(s) in the last ${since} (#report/30d for another window). Time saved: \`trainguard actions report\`, which reads act's ETTR account.`),
+    el("div", { cls: "dim", id: "report-window" }, `${r.decisions} decision(s) in the last ${since}; window: `,
+      ["1h", "1d", "7d", "30d"].map((w) => [el("a", { href: "#report/" + w }, w), " "]),
+      ". Time saved: `trainguard actions report` (it reads act's ETTR account)."),
     el("div", { cls: "panel" }, el("table", { id: "report-table" },
       el("tr", {}, ["rule", "mode", "decisions (observed/acted/held)", "would do", "breaker would block", "verdicts true/false/unsure", "precision"].map((h) => el("th", {}, h))), rows)));
 }
