@@ -17,7 +17,11 @@ Operator commands from the console (`operator` topic) are applied by the
 pure `actions.operator` under the runner's lock and audited under the
 operator's name; the rails' state (breaker, standby pool, evicted nodes) is
 published as a `rails_state` audit entry whenever it changes, for the
-console to show.
+console to show, with each rule's and detector's precision from the
+operators' verdicts (`actions.verdicts`: exported, and a rule in auto that
+falls below the floor is audited `rule_precision_low`). Verdicts left by
+`trainguard actions verdict` in the local journal are taken at each poll and
+applied like the console's.
 
 Nothing on these topics is trusted by being there (`trusts`, called by the
 app for each record before it is handed over): an `ActionResult` counts

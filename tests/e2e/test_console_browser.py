@@ -328,21 +328,20 @@ def test_an_incident_marked_false_on_its_page_moves_the_rules_precision(stack: S
     stack.browser.get_log("browser")  # a request racing the login switch may be refused: not this test's page
     rule = "hw_fault.evict_swap_restart"
     cell = f'#rule-precision tr[data-rule="{rule}"] td.precision'
-    marked = []
     for value, label, precision in (("true", "True fault", "100 %"), ("false", "False alarm", "50 %")):
         inc = incident(stack.tap, ["n5"], xid=79)
         stack.tap.wait(audited("decision", incident=inc.id), 30)
         stack.show(f"#incidents/{inc.id}", "incidents")
-        stack.wait(lambda b: b.find_elements(By.CSS_SELECTOR, f'#verdict button[data-verdict="{value}"]'), 20)
+        button = f'#verdict button[data-verdict="{value}"]'
+        stack.wait(lambda b, css=button: b.find_elements(By.CSS_SELECTOR, css), 20)
         stack.browser.find_element(By.ID, "verdict-note").send_keys(f"{label} says the test")
-        stack.click(f'#verdict button[data-verdict="{value}"]')
+        stack.click(button)
         applied = stack.tap.wait(audited("operator_verdict", applied=True, verdict=value), 20)
         assert isinstance(applied, AuditEntry) and applied.actor == "alice" and applied.subject_id == inc.id
         assert applied.detail["note"] == f"{label} says the test"
         stack.wait(lambda b, v=value: b.find_element(By.ID, "verdict-current").text.startswith(v), 20)
         stack.show("#controls", "controls")
         stack.wait(lambda b, p=precision: b.find_element(By.CSS_SELECTOR, cell).text.startswith(p), 30)
-        marked.append(inc.id)
     row = f'#rule-precision tr[data-rule="{rule}"]'
     assert stack.browser.find_element(By.CSS_SELECTOR, row + " td.mode").text == "approve"  # its mode, beside it
     stack.shot("controls-precision")

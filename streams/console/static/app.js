@@ -240,9 +240,11 @@ async function renderIncident(id) {
 
 function verdictPanel(id, v) {  // the on-call's word: a true fault, a false alarm, or unsure
   const can = state.me.can_act;
-  const note = el("input", { id: "verdict-note", type: "text", placeholder: "note (why)", disabled: !can });
+  const notes = state.notes || (state.notes = {});  // kept across the live re-renders while one types
+  const note = el("input", { id: "verdict-note", type: "text", placeholder: "note (why)", disabled: !can, value: notes[id] || "",
+    on: { input: (e) => { notes[id] = e.target.value; } } });
   const mark = (value, label) => el("button", { cls: "verdict-" + value, "data-verdict": value, disabled: !can,
-    on: { click: () => act(`/api/incidents/${encodeURIComponent(id)}/verdict`, { verdict: value, note: note.value }, `mark ${label}`) } }, label);
+    on: { click: () => act(`/api/incidents/${encodeURIComponent(id)}/verdict`, { verdict: value, note: notes[id] || "" }, `mark ${label}`) } }, label);
   return el("div", { cls: "panel", id: "verdict" }, el("h2", {}, "Verdict"),
     el("div", { id: "verdict-current" }, v ? [el("span", { cls: "pill st-" + (v.verdict === "true" ? "ok" : v.verdict === "false" ? "failed" : "pending") }, v.verdict), ` by ${v.operator} at ${when(v.ts)}`, v.note ? `: ${v.note}` : ""]
       : el("span", { cls: "dim" }, "no verdict yet")),
