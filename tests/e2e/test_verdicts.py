@@ -12,13 +12,15 @@ Scraped from act's real /metrics endpoint:
   `rule_precision_low` is audited;
 * a forged verdict, a replayed one and one on an incident act never saw
   change nothing (refused and audited);
-* the CLI's false verdict: 1/3, audited under the user's name;
+* the CLI's false verdict: 1/3, audited under the user's name, and
+  `trainguard actions report` counts the verdicts per rule;
 * act stopped, its state directory deleted, a new act started: it rebuilds
   the verdicts from act-state and exports the same precision.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import socket
@@ -138,6 +140,11 @@ def test_verdicts_move_the_precision_a_real_act_exports_and_survive_a_move(
         until(lambda: scrape(port, "trainguard_rule_precision") == 0.3333, 30, "precision 1/3 after the CLI's")
         by_cli = audited(tap, "operator_verdict", lambda e: e.subject_id == "hw-v3")
         assert by_cli.actor == "carol (cli)" and by_cli.detail["applied"]
+        shadow = subprocess.run([sys.executable, "-m", "trainguard.cli", "actions", "report", "--json", "--since",
+                                 "1h"], env=env, capture_output=True, text=True, timeout=60)
+        assert shadow.returncode == 0, shadow.stderr
+        (row,) = json.loads(shadow.stdout)["rules"]
+        assert row["rule"] == RULE and row["verdicts"] == {"true": 1, "false": 2, "unsure": 0}  # the report's seam
 
         act.send_signal(signal.SIGTERM)
         act.communicate(timeout=60)
