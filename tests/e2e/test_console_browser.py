@@ -329,7 +329,10 @@ def test_an_incident_marked_false_on_its_page_moves_the_rules_precision(stack: S
     rule = "hw_fault.evict_swap_restart"
     cell = f'#rule-precision tr[data-rule="{rule}"] td.precision'
     for value, label, precision in (("true", "True fault", "100 %"), ("false", "False alarm", "50 %")):
-        inc = incident(stack.tap, ["n5"], xid=79)
+        now = time.time()  # the worker puts the detector that opened an incident in its evidence
+        inc = Incident(ts=now, id=f"inc-{uuid.uuid4().hex[:8]}", kind="hw_fault", job=JOB, onset=now - 2,
+                       detected_at=now, nodes=["n5"], evidence={"xid": 79, "detector": "xid"})
+        stack.tap.publish(inc)
         stack.tap.wait(audited("decision", incident=inc.id), 30)
         stack.show(f"#incidents/{inc.id}", "incidents")
         button = f'#verdict button[data-verdict="{value}"]'
@@ -342,6 +345,8 @@ def test_an_incident_marked_false_on_its_page_moves_the_rules_precision(stack: S
         stack.wait(lambda b, v=value: b.find_element(By.ID, "verdict-current").text.startswith(v), 20)
         stack.show("#controls", "controls")
         stack.wait(lambda b, p=precision: b.find_element(By.CSS_SELECTOR, cell).text.startswith(p), 30)
+        stack.wait(lambda b, p=precision: b.find_element(
+            By.CSS_SELECTOR, '#detector-precision tr[data-detector="xid"] td.precision').text == p, 10)
     row = f'#rule-precision tr[data-rule="{rule}"]'
     assert stack.browser.find_element(By.CSS_SELECTOR, row + " td.mode").text == "approve"  # its mode, beside it
     stack.shot("controls-precision")

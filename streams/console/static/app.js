@@ -280,7 +280,9 @@ function precisionPanel(p) {  // each rule's mode next to its precision (operato
   return el("div", { cls: "panel", id: "precision" }, el("h2", {}, "Precision by rule"),
     p.known ? el("div", { cls: "dim" }, `true / (true + false) over ${Math.round(p.window_s / 86400)} d of verdicts; a rule in auto below ${pct(p.floor)} on ${p.min_verdicts}+ verdicts alerts.`)
       : el("div", { cls: "dim" }, "act has not reported yet"),
-    el("table", { id: "rule-precision" }, el("tr", {}, ["rule", "mode", "precision", "verdicts true/false/unsure"].map((h) => el("th", {}, h))), rows));
+    el("table", { id: "rule-precision" }, el("tr", {}, ["rule", "mode", "precision", "verdicts true/false/unsure"].map((h) => el("th", {}, h))), rows),
+    p.detectors.length ? el("table", { id: "detector-precision" }, el("tr", {}, ["detector", "precision", "verdicts true/false/unsure"].map((h) => el("th", {}, h))),
+      p.detectors.map((d) => el("tr", { "data-detector": d.detector }, el("td", {}, d.detector), el("td", { cls: "precision" }, pct(d.precision)), el("td", {}, `${d.true}/${d.false}/${d.unsure}`)))) : null);
 }
 
 async function renderControls() {
