@@ -17,7 +17,11 @@ Operator commands from the console (`operator` topic) are applied by the
 pure `actions.operator` under the runner's lock and audited under the
 operator's name; the rails' state (breaker, standby pool, evicted nodes) is
 published as a `rails_state` audit entry whenever it changes, for the
-console to show.
+console to show, with each rule's and detector's precision from the
+operators' verdicts (`actions.verdicts`: exported, and a rule in auto that
+falls below the floor is audited `rule_precision_low`). Verdicts left by
+`trainguard actions verdict` in the local journal are taken at each poll and
+applied like the console's.
 
 Nothing on these topics is trusted by being there (`trusts`, called by the
 app for each record before it is handed over): an `ActionResult` counts
@@ -51,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol
 
 from actions.attempt_keys import PREFIX as KEYS_PREFIX
 from actions.attempt_keys import AttemptKeys, Held
@@ -65,6 +69,7 @@ from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command, record_s
 from actions.quarantine import Quarantine
 from actions.rollout import ROLLOUT_KINDS
 from actions.runner import PlanRunner
+from actions.verdicts import CLI_VERDICT_PREFIX, VerdictPolicy, low_rules, precision
 from detectors.common import Bounded, bounded_evictions
 from schemas.actions import AGENT_TRANSLATION
 from schemas.records import (
@@ -105,6 +110,7 @@ class ActMetrics(Protocol):
     def rollout(self, kinds: Mapping[str, str], rules: Mapping[str, str]) -> None: ...
 
     def lemons(self, count: int) -> None: ...
+    def precision(self, shown: Mapping[str, Mapping[str, Mapping[str, object]]], low: Sequence[str]) -> None: ...
 
 
 class NoMetrics:
@@ -131,6 +137,9 @@ class NoMetrics:
     def lemons(self, count: int) -> None:
         """Show nothing."""
 
+    def precision(self, shown: Mapping[str, Mapping[str, Mapping[str, object]]], low: Sequence[str]) -> None:
+        """Show nothing."""
+
 
 class ActCore:
     """Observe state, decide on incidents, run plans; thread-safe where the app needs it."""
@@ -142,7 +151,8 @@ class ActCore:
                  worker_keys: KeyRing | None = None, durable: Callable[[], object] | None = None,
                  clock: Callable[[], float] = time.time, record_skew_s: float = 600.0,
                  console_keys: KeyRing | None = None, max_clock_skew_s: float = 30.0,
-                 job_records_trusted: bool = False, lemons: LemonPolicy | None = None) -> None:
+                 job_records_trusted: bool = False, lemons: LemonPolicy | None = None,
+                 verdict_policy: VerdictPolicy | None = None) -> None:
         self.engine = engine
         self.runner = runner
         self.knowledge = knowledge
@@ -170,6 +180,8 @@ class ActCore:
         self.quarantine = Quarantine(runner=runner, policy=lemons or LemonPolicy(), publish=publish,
                                      submit=self._pool.submit, gauge=self.metrics.lemons)
         self.quarantine.show()
+        self.verdict_policy = verdict_policy or VerdictPolicy()
+        self._low: list[str] = []  # rules in auto with a precision below the floor (audited as they become so)
         for job, state in runner.journal.states(KEYS_PREFIX).items():
             self.attempt_keys.restore(job, state)
         reported = runner.reported_attempt  # a restart goes beyond any attempt the job's agents announced
@@ -325,16 +337,20 @@ class ActCore:
         runner = self.runner
         with runner.lock:
             runner._save_state()  # the journal's rails blob now mirrors the live rails exactly
-            decision = runner.journal.get(command.subject_id) if command.verb in ("approve", "reject") else None
+            decision = runner.journal.get(command.subject_id) if command.verb in ("approve", "reject") else \
+                runner.journal.decision_for(command.subject_id) if command.verb == "verdict" else None
             checks = runner.journal.get_state("selfchecks")
             out = apply_operator_command(command, rails=runner.journal.get_state("rails"), decision=decision,
                                          now=runner.clock(), max_age_s=self.operator_max_age_s, checks=checks,
                                          rollout=runner.rails.rollout, overrides=runner.journal.get_state("rollout"),
-                                         lemons=runner.journal.get_state(LEMONS_KEY))
+                                         lemons=runner.journal.get_state(LEMONS_KEY),
+                                         verdicts=runner.journal.get_state("verdicts"))
             if out.rollout is not None:  # durable: the journal is mirrored on act-state
                 runner.journal.put_state("rollout", out.rollout)
             if out.lemons is not None:
                 runner.journal.put_state(LEMONS_KEY, out.lemons)
+            if out.verdicts is not None:
+                runner.journal.put_state("verdicts", out.verdicts)
             if out.applied:
                 if command.verb in ("return_node", "release_node"):  # the pass is used up (a new one per eviction)
                     runner.journal.put_state("selfchecks", {n: v for n, v in checks.items()
@@ -348,6 +364,21 @@ class ActCore:
             self.quarantine.released(command.subject_id, command.operator)
         if out.applied and command.verb == "approve":
             self.resume()  # the approved plan runs now, not at the next timer tick
+
+    def take_cli_verdicts(self) -> None:
+        """Apply the verdicts `trainguard actions verdict` left in the local journal, as operator commands.
+
+        Each request is its own journal key (no read-modify-write to race with the CLI) and is judged
+        like the console's (a known incident, a known value), dated by act's clock when taken: who can
+        write act's journal is trusted as for the CLI's approve and reset-breaker.
+        """
+        journal = self.runner.journal
+        for key, req in journal.states(CLI_VERDICT_PREFIX).items():
+            journal.put_states({CLI_VERDICT_PREFIX + key: None})
+            self.operate(OperatorCommand(ts=self.runner.clock(), id=f"cli-{key}", verb="verdict",
+                                         operator=str(req.get("operator", "")) or "cli",
+                                         subject_id=str(req.get("incident", "")), reason=str(req.get("note", "")),
+                                         verdict=str(req.get("verdict", ""))))
 
     def _note_selfcheck(self, nodes: list[str], *, passed: bool, source: str) -> None:
         """Journal the newest self-check verdict of `nodes` (what a node return is judged on)."""
@@ -371,12 +402,38 @@ class ActCore:
                 "pool": rails.pool.snapshot(), "approval_kinds": list(rails.approval_kinds),
                 "rollout": rails.rollout.snapshot(),
                 "evicted": {j: sorted(ns) for j, ns in runner.evicted.items()},
-                "lemons": lemon_nodes(runner.journal.get_state(LEMONS_KEY))}
+                "lemons": lemon_nodes(runner.journal.get_state(LEMONS_KEY)),
+                "precision": (shown_precision := self._precision())}
+        for entry in self._newly_low(shown_precision):
+            self.publish(entry)
         if shown != self._rails_shown:
             self._rails_shown = shown
             self.metrics.rollout(rails.rollout.modes_by_kind(list(ROLLOUT_KINDS)), rails.rollout.rules)
             self.publish(AuditEntry(ts=time.time(), event="rails_state", subject_id="rails",
                                     actor="trainguard-act", detail=shown))
+
+    def _precision(self) -> dict[str, Any]:
+        """Per-rule and per-detector precision from the journaled verdicts (caller holds the runner's lock);
+        exported, and a rule in auto that falls below the floor is audited once as it does."""
+        runner, policy = self.runner, self.verdict_policy
+        verdicts = runner.journal.get_state("verdicts")
+        shown = precision(verdicts, now=runner.clock(), window_s=policy.window_s)
+        kinds = {str(e.get("rule", "")): str(e.get("kind", "")) for e in verdicts.values() if isinstance(e, dict)}
+        modes = {r: runner.rails.rollout.mode_for(k, r, runner.rails.approval_kinds) for r, k in kinds.items()}
+        low = low_rules(shown["rules"], modes, policy)
+        self.metrics.precision(shown, low)
+        return {**shown, "modes": modes, "low": low, "floor": policy.floor, "min_verdicts": policy.min_verdicts,
+                "window_s": policy.window_s}
+
+    def _newly_low(self, shown: dict[str, Any]) -> list[AuditEntry]:
+        """A `rule_precision_low` audit entry for each rule that fell below the floor since the last look."""
+        low, policy = list(shown["low"]), self.verdict_policy
+        out = [AuditEntry(ts=self.clock(), event="rule_precision_low", subject_id=rule, actor="trainguard-act",
+                          detail={"rule": rule, "mode": "auto", **shown["rules"][rule], "floor": policy.floor,
+                                  "min_verdicts": policy.min_verdicts, "window_s": policy.window_s})
+               for rule in low if rule not in self._low]
+        self._low = low
+        return out
 
     def decide(self, incident: Incident) -> Decision | None:
         """Decide and journal (with the engine memory it changed); None for a redelivered incident.
@@ -419,6 +476,7 @@ class ActCore:
     def resume(self) -> None:
         """Run what the journal holds unfinished (after a restart, or an operator's approval)."""
         self.runner.poll_operator()
+        self.take_cli_verdicts()
         for decision in self.runner.journal.unfinished():
             self._submit(decision, None)
 

@@ -312,7 +312,9 @@ class DecisionEngine:
             plan=plan,
             reason=reason,
             inputs={"incident": inc.id, "step": inc.step, "nodes": inc.nodes, "ranks": inc.ranks,
-                    "topology_known": self._topology(inc) is not None, **(inputs or {})},
+                    "topology_known": self._topology(inc) is not None,
+                    "detector": str(inc.evidence.get("detector", "")),  # per-detector precision (verdicts)
+                    **(inputs or {})},
             alternatives=alternatives or [],
             dry_run=self.dry_run,
         )

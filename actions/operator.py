@@ -27,6 +27,8 @@ Why each guard:
 * a quarantined (lemon) node does not go back on a passing self-check at all
   (`actions.lemons`): only `release_node` lifts the quarantine, and it refuses a
   node that is not quarantined, so a typo never clears another node's history.
+* a verdict names an incident act decided on and one of true, false,
+  unsure (`actions.verdicts`); the same verdict again changes nothing.
 
 Who may send a command at all is decided before this module is reached: act
 verifies the console's signature (`actions.core.ActCore.trusts`).
@@ -43,6 +45,7 @@ import msgspec
 
 from actions.lemons import is_quarantined, node_entry, release
 from actions.rollout import RolloutPolicy, apply_change, overridden
+from actions.verdicts import apply_verdict
 from schemas.records import AuditEntry, Decision, OperatorCommand
 
 DEFAULT_MAX_AGE_S = 300.0
@@ -59,13 +62,15 @@ class OperatorOutcome:
     audit: AuditEntry
     rollout: dict[str, Any] | None = None  # set_rollout: the journaled operator overrides after it
     lemons: dict[str, Any] | None = None  # release_node: the journaled lemon state after it
+    verdicts: dict[str, Any] | None = None  # verdict: the journaled verdicts after it
 
 
 def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], decision: Decision | None,
                            now: float, max_age_s: float = DEFAULT_MAX_AGE_S,
                            checks: dict[str, Any] | None = None, rollout: RolloutPolicy | None = None,
                            overrides: dict[str, Any] | None = None,
-                           lemons: dict[str, Any] | None = None) -> OperatorOutcome:
+                           lemons: dict[str, Any] | None = None,
+                           verdicts: dict[str, Any] | None = None) -> OperatorOutcome:
     """The new rails state and decision after `command`; inputs are not modified.
 
     `rails` is the journal's `"rails"` blob (`breaker`, `pool`, `evicted` ...);
@@ -74,6 +79,7 @@ def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], d
     (`{node: {"passed": bool, ...}}`, see `record_selfcheck`);
     `rollout` is the policy in force and `overrides` the operators' journaled changes (set_rollout);
     `lemons` is the journaled lemon state (`actions.lemons`: return_node, release_node).
+    `verdicts` the journaled verdicts (verdict: `decision` is then the decision of the incident named).
     """
     state = copy.deepcopy(rails)
     if now - command.ts > max_age_s:
@@ -86,6 +92,8 @@ def apply_operator_command(command: OperatorCommand, *, rails: dict[str, Any], d
         return _decide(command, state, decision, now)
     if command.verb == "set_rollout":
         return _set_rollout(command, state, decision, now, rollout or RolloutPolicy(), overrides or {})
+    if command.verb == "verdict":
+        return _verdict(command, state, decision, now, verdicts or {})
     if command.verb == "reset_breaker":
         breaker = state.get("breaker", {})
         was = f"was tripped: {breaker.get('reason', '')}" if breaker.get("tripped") else "was not tripped"
@@ -121,6 +129,13 @@ def _set_rollout(command: OperatorCommand, state: dict[str, Any], decision: Deci
         return _outcome(command, False, message, state, decision, now)
     out = _outcome(command, True, f"{message} by {command.operator}", state, decision, now)
     return dataclasses.replace(out, rollout=overridden(overrides, command.subject_id, command.mode))
+
+
+def _verdict(command: OperatorCommand, state: dict[str, Any], decision: Decision | None, now: float,
+             verdicts: dict[str, Any]) -> OperatorOutcome:
+    changed, message = apply_verdict(command, verdicts, decision, now=now)
+    out = _outcome(command, changed is not None, message, state, decision, now)
+    return out if changed is None else dataclasses.replace(out, verdicts=changed)
 
 
 def passing_selfcheck(report: dict[str, Any], node: str) -> bool:
@@ -176,6 +191,9 @@ def _outcome(command: OperatorCommand, applied: bool, message: str, state: dict[
                               "reason": command.reason}
     if command.verb == "set_rollout":
         detail["mode"] = command.mode
+    if command.verb == "verdict":
+        detail.update(verdict=command.verdict, note=command.reason,
+                      rule=decision.rule if decision is not None else "")
     if decision is not None:
         detail["job"] = decision.job
         detail["incident"] = decision.incident_id

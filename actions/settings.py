@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from actions.lemons import DEFAULT_KINDS, DEFAULT_LOCALISED, LemonPolicy
 from actions.rollout import Mode, RolloutPolicy
+from actions.verdicts import VerdictPolicy
 from schemas.records import ANOMALY_KINDS
 
 
@@ -111,6 +112,13 @@ class RolloutSettings(BaseModel):
     rules: dict[str, Mode] = Field(default_factory=dict, description="mode per rule (beats its kind's), e.g. "
                                    "{network.confirmed_evict: observe}")
 
+    precision_window_s: float = Field(30 * 86400.0, gt=0, description="operators' verdicts given within this "
+                                      "window make each rule's and detector's precision (trainguard_rule_precision)")
+    precision_floor: float = Field(0.8, ge=0, le=1, description="a rule in auto whose precision falls below this "
+                                   "raises TrainguardRulePrecisionLow (and is audited rule_precision_low)")
+    precision_min_verdicts: int = Field(5, ge=1, description="true/false verdicts a rule needs before its "
+                                        "precision can raise that alert")
+
     @field_validator("kinds")
     @classmethod
     def _known_kinds(cls, kinds: dict[str, Mode]) -> dict[str, Mode]:
@@ -122,6 +130,10 @@ class RolloutSettings(BaseModel):
     def policy(self) -> RolloutPolicy:
         """The configured policy (operator changes are journaled and applied over it)."""
         return RolloutPolicy(self.default, dict(self.kinds), dict(self.rules))
+
+    def verdict_policy(self) -> VerdictPolicy:
+        """How operators' verdicts are judged (actions.verdicts)."""
+        return VerdictPolicy(self.precision_window_s, self.precision_floor, self.precision_min_verdicts)
 
 
 class ActionSettings(BaseModel):

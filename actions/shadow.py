@@ -19,8 +19,9 @@ response of its observed decisions is given as the upper bound it is:
 recorded for the job) count nothing.
 
 Verdicts (operators marking an incident a true fault, a false alarm or
-unsure) are another part's business: `verdicts` maps a rule to those counts
-and is shown as given, empty when none are known.
+unsure) are actions/verdicts.py's business: `verdicts` maps a rule to those
+counts (`actions.verdicts.counts_by_rule`, over its window) and is shown as
+given, empty when none are known.
 """
 
 from __future__ import annotations

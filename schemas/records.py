@@ -486,7 +486,7 @@ class AuditEntry(Record, tag="audit", frozen=True):
 
 
 OperatorVerb = Literal["approve", "reject", "reset_breaker", "return_node", "set_rollout",
-                       "release_node"]
+                       "release_node", "verdict"]
 
 
 class OperatorCommand(Record, tag="operator_command", frozen=True):
@@ -494,7 +494,7 @@ class OperatorCommand(Record, tag="operator_command", frozen=True):
 
     `operator` is the identity the console authenticated (token name, basic-auth
     user or the OIDC ingress's header); `subject_id` is the decision (approve,
-    reject) or node (return_node, release_node) it concerns. The console signs the exact bytes
+    reject), node (return_node, release_node) or incident (verdict) it concerns. The console signs the exact bytes
     with its own key (`security.console_private_key`, headers as for commands)
     and sets `expires`; act acts only on a command signed by a key of
     `security.console_public_keys`, unexpired and not seen before. `report` is
@@ -511,6 +511,7 @@ class OperatorCommand(Record, tag="operator_command", frozen=True):
     report: dict[str, Any] = {}
     expires: float = 0.0
     mode: str = ""  # set_rollout: the new mode of subject_id ("default", "kind:<kind>" or "rule:<rule>")
+    verdict: str = ""  # verdict: "true", "false" or "unsure" for the incident subject_id names; reason is the note
 
 
 class DeadLetter(Record, tag="dead_letter", frozen=True):

@@ -131,7 +131,7 @@ def build_core(settings: ActConfig, *, executors: list[str], dry_run: bool, on_d
                    on_decision=on_decision, plan_workers=cfg.plan_workers, max_jobs=cfg.max_jobs,
                    operator_max_age_s=cfg.operator_max_age_s, node_keys=node_keys, worker_keys=worker_keys,
                    durable=durable, console_keys=sec.ring("console"), max_clock_skew_s=sec.max_clock_skew_s,
-                   record_skew_s=cfg.record_skew_s,
+                   record_skew_s=cfg.record_skew_s, verdict_policy=cfg.rollout.verdict_policy(),
                    job_records_trusted=sec.job_records_trusted_by_acl or (dry_run and not node_keys),
                    lemons=cfg.lemons.policy())
     if not worker_keys:

@@ -12,7 +12,7 @@ the HTTP endpoint starts only when a port is given.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -56,6 +56,34 @@ class ActionMetrics:
     def lemons(self, count: int) -> None:
         """Nodes quarantined as lemons now (only an operator's release_node brings one back)."""
         self._lemons.set(count)
+
+        self._rule_precision = Gauge("trainguard_rule_precision", "Operators' verdicts: true / (true + false) per "
+                                     "rule over actions.rollout.precision_window_s (unsure excluded; absent "
+                                     "without a true or false verdict)", ["rule"], registry=self.registry)
+        self._detector_precision = Gauge("trainguard_detector_precision", "As trainguard_rule_precision, per "
+                                         "detector", ["detector"], registry=self.registry)
+        self._verdicts = Gauge("trainguard_rule_verdicts", "Operators' verdicts per rule in the window",
+                               ["rule", "verdict"], registry=self.registry)
+        self._low = Gauge("trainguard_rule_precision_low", "1 while a rule in auto has a precision below "
+                          "actions.rollout.precision_floor on enough verdicts", ["rule"], registry=self.registry)
+        self._shown: dict[int, set[tuple[str, ...]]] = {}  # id(gauge) -> label values set last time
+
+    def precision(self, shown: Mapping[str, Mapping[str, Mapping[str, object]]], low: Sequence[str]) -> None:
+        """Per-rule and per-detector precision, verdict counts, and the rules in auto below the floor;
+        a rule or detector that left the window is removed (an old figure must not stand as a current one)."""
+        rules, detectors = shown.get("rules", {}), shown.get("detectors", {})
+        self._replace(self._rule_precision, {(r,): row["precision"] for r, row in rules.items()})
+        self._replace(self._detector_precision, {(d,): row["precision"] for d, row in detectors.items()})
+        self._replace(self._verdicts, {(r, v): row[v] for r, row in rules.items() for v in ("true", "false", "unsure")})
+        self._replace(self._low, {(r,): 1.0 if r in low else 0.0 for r in rules})
+
+    def _replace(self, gauge: Gauge, values: Mapping[tuple[str, ...], object]) -> None:
+        kept = {k: float(v) for k, v in values.items() if isinstance(v, (int, float))}
+        for labels in self._shown.get(id(gauge), set()) - set(kept):
+            gauge.remove(*labels)
+        for labels, value in kept.items():
+            gauge.labels(*labels).set(value)
+        self._shown[id(gauge)] = set(kept)
 
     def job_records_trusted_by_acl(self, unverified: bool) -> None:
         """1 while act uses checkpoint and topology records without an attempt key's signature."""

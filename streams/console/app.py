@@ -31,7 +31,9 @@ import msgspec
 from aiohttp import web
 
 from actions.rollout import check_mode, parse_subject
+from actions.verdicts import check_value
 from schemas.records import AuditEntry, OperatorCommand
+from streams.console import report as reports
 from streams.console import views
 from streams.console.auth import CSRF_COOKIE, SESSION_COOKIE, Authenticator, Identity, csrf_ok, same_origin
 from streams.console.feed import ConsoleFeed
@@ -101,6 +103,8 @@ def create_app(feed: ConsoleFeed, auth: Authenticator, cfg: ConsoleSettings, *,
     app.router.add_post("/api/standby/{node}/return", return_node)
     app.router.add_post("/api/lemons/{node}/release", release_node)
     app.router.add_post("/api/rollout", set_rollout)
+    app.router.add_post("/api/incidents/{id}/verdict", verdict)
+    app.router.add_get("/api/report", shadow)
     if manage_feed:
         app.on_startup.append(lambda a: a[FEED].start())
         app.on_cleanup.append(lambda a: a[FEED].stop())
@@ -223,13 +227,18 @@ async def incidents(request: web.Request) -> web.StreamResponse:
 
 async def incident(request: web.Request) -> web.StreamResponse:
     """One incident: evidence, anomalies, scope, decision, plan steps with results, audit."""
-    out = views.incident(request.app[FEED].state, request.match_info["id"])
-    return _error(404, "no such incident") if out is None else _json(out)
+    state = request.app[FEED].state
+    out = views.incident(state, request.match_info["id"])
+    if out is None:
+        return _error(404, "no such incident")
+    return _json({**out, "verdict": reports.verdict_of(state, request.match_info["id"])})
 
 
 async def controls(request: web.Request) -> web.StreamResponse:
-    """Pending approvals, breaker state, standby pool, evicted nodes and their self-checks."""
-    return _json(views.controls(request.app[FEED].state))
+    """Pending approvals, breaker state, standby pool, evicted nodes and their self-checks, and each
+    rule's mode with its precision (operators' verdicts, as act computed them)."""
+    state = request.app[FEED].state
+    return _json({**views.controls(state), "precision": reports.precision_rows(state)})
 
 
 async def events(request: web.Request) -> web.StreamResponse:
@@ -330,6 +339,36 @@ async def set_rollout(request: web.Request) -> web.StreamResponse:
     return await _send(request, "set_rollout", subject, str(body.get("reason", "")), {}, mode=mode)
 
 
+async def verdict(request: web.Request) -> web.StreamResponse:
+    """Mark an incident a true fault, a false alarm or unsure ({"verdict": "true" | "false" | "unsure",
+    "note": ...}); act journals it and it moves the rule's and detector's precision. Operators only."""
+    iid = request.match_info["id"]
+    body = await _body(request)
+    value = str(body.get("verdict", ""))
+    try:
+        check_value(value)
+    except ValueError as exc:
+        return _error(400, str(exc))
+    if request.app[FEED].state.decision_for(iid) is None:
+        return _error(404, f"no decision for incident {iid} is known")
+    return await _send(request, "verdict", iid, str(body.get("note", "")), {}, verdict=value)
+
+
+async def shadow(request: web.Request) -> web.StreamResponse:
+    """The shadow report (?since=7d: 90s, 30m, 12h, 7d): per rule, decisions, what they would have done,
+    verdicts and precision, over the decisions the console holds."""
+    raw = request.query.get("since", "7d")
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    number, unit = (raw[:-1], raw[-1]) if raw[-1:] in units else (raw, "s")
+    try:
+        since = float(number) * units[unit]
+    except ValueError:
+        since = -1.0
+    if not 0 < since < float("inf"):
+        return _error(400, f"since={raw!r} is not a positive duration like 90s, 30m, 12h or 7d")
+    return _json(reports.report(request.app[FEED].state, since_s=since))
+
+
 async def _decision_verb(request: web.Request, verb: str) -> web.StreamResponse:
     did = request.match_info["id"]
     state = request.app[FEED].state
@@ -342,7 +381,7 @@ async def _decision_verb(request: web.Request, verb: str) -> web.StreamResponse:
 
 
 async def _send(request: web.Request, verb: str, subject: str, reason: str,
-                report: dict[str, Any], mode: str = "") -> web.StreamResponse:
+                report: dict[str, Any], mode: str = "", verdict: str = "") -> web.StreamResponse:
     """Audit the request under the operator's name, then publish the command for act."""
     who: Identity = request[IDENTITY]
     now = time.time()
@@ -351,11 +390,12 @@ async def _send(request: web.Request, verb: str, subject: str, reason: str,
         return _error(503, "this console holds no signing key (security.console_private_key); it cannot act")
     command = OperatorCommand(ts=now, id=f"op-{uuid.uuid4().hex}", verb=verb, operator=who.name,  # type: ignore[arg-type]
                               subject_id=subject, reason=reason, report=report, expires=now + feed.command_ttl_s,
-                              mode=mode)
-    dec = feed.state.decisions.get(subject)
+                              mode=mode, verdict=verdict)
+    dec = feed.state.decisions.get(subject) or (feed.state.decision_for(subject) if verdict else None)
     await feed.publish(AuditEntry(ts=now, event=f"console_{verb}", subject_id=subject or verb, actor=who.name,
                                   detail={"command": command.id, "via": who.via, "role": who.role, "reason": reason,
-                                          "job": dec.job if dec else "", **({"mode": mode} if mode else {})}))
+                                          "job": dec.job if dec else "", **({"mode": mode} if mode else {}),
+                                          **({"verdict": verdict} if verdict else {})}))
     await feed.publish(command)
     return _json({"command": command.id, "verb": verb, "subject_id": subject, "operator": who.name}, status=202)
 

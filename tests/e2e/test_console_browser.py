@@ -343,5 +343,41 @@ def test_a_lemon_node_is_shown_with_its_history_and_released_from_the_page(stack
     released = stack.tap.wait(audited("operator_release_node", applied=True), 20)
     assert isinstance(released, AuditEntry) and released.actor == "alice" and released.subject_id == "n6"
     stack.wait(lambda b: not b.find_elements(By.CSS_SELECTOR, row), 20)  # act's next rails_state: no lemon
+
+
+def test_an_incident_marked_false_on_its_page_moves_the_rules_precision(stack: Stack) -> None:
+    """The Verdict panel sends a signed verdict; act applies it and Controls shows the rule's precision move."""
+    stack.login(OPERATOR)
+    stack.browser.get_log("browser")  # a request racing the login switch may be refused: not this test's page
+    rule = "hw_fault.evict_swap_restart"
+    cell = f'#rule-precision tr[data-rule="{rule}"] td.precision'
+    for value, label, precision in (("true", "True fault", "100 %"), ("false", "False alarm", "50 %")):
+        now = time.time()  # the worker puts the detector that opened an incident in its evidence
+        inc = Incident(ts=now, id=f"inc-{uuid.uuid4().hex[:8]}", kind="hw_fault", job=JOB, onset=now - 2,
+                       detected_at=now, nodes=["n5"], evidence={"xid": 79, "detector": "xid"})
+        stack.tap.publish(inc)
+        stack.tap.wait(audited("decision", incident=inc.id), 30)
+        stack.show(f"#incidents/{inc.id}", "incidents")
+        button = f'#verdict button[data-verdict="{value}"]'
+        stack.wait(lambda b, css=button: b.find_elements(By.CSS_SELECTOR, css), 20)
+        stack.browser.find_element(By.ID, "verdict-note").send_keys(f"{label} says the test")
+        stack.click(button)
+        applied = stack.tap.wait(audited("operator_verdict", applied=True, verdict=value), 20)
+        assert isinstance(applied, AuditEntry) and applied.actor == "alice" and applied.subject_id == inc.id
+        assert applied.detail["note"] == f"{label} says the test"
+        stack.wait(lambda b, v=value: b.find_element(By.ID, "verdict-current").text.startswith(v), 20)
+        stack.show("#controls", "controls")
+        stack.wait(lambda b, p=precision: b.find_element(By.CSS_SELECTOR, cell).text.startswith(p), 30)
+        stack.wait(lambda b, p=precision: b.find_element(
+            By.CSS_SELECTOR, '#detector-precision tr[data-detector="xid"] td.precision').text == p, 10)
+    row = f'#rule-precision tr[data-rule="{rule}"]'
+    assert stack.browser.find_element(By.CSS_SELECTOR, row + " td.mode").text == "approve"  # its mode, beside it
+    stack.shot("controls-precision")
+    stack.show("#report/1h", "report")
+    stack.wait(lambda b: b.find_element(By.CSS_SELECTOR, f'#report-table tr[data-rule="{rule}"] td.verdicts').text
+               == "1/1/0", 20)
+    assert stack.browser.find_element(By.CSS_SELECTOR, f'#report-table tr[data-rule="{rule}"] td.precision').text \
+        == "50 %"
+    stack.shot("report")
     errors = [e for e in stack.browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []

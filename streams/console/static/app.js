@@ -1,4 +1,4 @@
-// trainguard console: one page, four views, live over server-sent events.
+// trainguard console: one page, five views, live over server-sent events.
 // Every value from the API is put in the DOM as text (never as HTML).
 "use strict";
 
@@ -93,7 +93,8 @@ async function route() {
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.view === view);
   if (view === "incidents") { state.fresh.clear(); $("#new-count").hidden = true; }
   const render = { fleet: renderFleet, jobs: state.arg ? renderJob : renderJobs,
-                   incidents: state.arg ? renderIncident : renderIncidents, controls: renderControls }[view] || renderFleet;
+                   incidents: state.arg ? renderIncident : renderIncidents, controls: renderControls,
+                   report: renderReport }[view] || renderFleet;
   const began = performance.now();
   try {
     const content = await render(state.arg);
@@ -233,12 +234,55 @@ async function renderIncident(id) {
       el("div", { cls: "panel", id: "scope" }, el("h2", {}, "Scope"), kv(d.scope))),
     el("div", { cls: "panel" }, el("h2", {}, `Absorbed anomalies (${d.anomalies.length})`), anomalies,
       d.missing_anomalies.length ? el("div", { cls: "dim" }, `not in the console's window: ${d.missing_anomalies.join(", ")}`) : null),
-    decision, el("div", { cls: "panel" }, el("h2", {}, "Plan steps"), steps), el("div", { cls: "panel" }, el("h2", {}, "Audit"), audit));
+    decision, dec ? verdictPanel(inc.id, d.verdict) : null,
+    el("div", { cls: "panel" }, el("h2", {}, "Plan steps"), steps), el("div", { cls: "panel" }, el("h2", {}, "Audit"), audit));
+}
+
+function verdictPanel(id, v) {  // the on-call's word: a true fault, a false alarm, or unsure
+  const can = state.me.can_act;
+  const notes = state.notes || (state.notes = {});  // kept across the live re-renders while one types
+  const note = el("input", { id: "verdict-note", type: "text", placeholder: "note (why)", disabled: !can, value: notes[id] || "",
+    on: { input: (e) => { notes[id] = e.target.value; } } });
+  const mark = (value, label) => el("button", { cls: "verdict-" + value, "data-verdict": value, disabled: !can,
+    on: { click: () => act(`/api/incidents/${encodeURIComponent(id)}/verdict`, { verdict: value, note: notes[id] || "" }, `mark ${label}`) } }, label);
+  return el("div", { cls: "panel", id: "verdict" }, el("h2", {}, "Verdict"),
+    el("div", { id: "verdict-current" }, v ? [el("span", { cls: "pill st-" + (v.verdict === "true" ? "ok" : v.verdict === "false" ? "failed" : "pending") }, v.verdict), ` by ${v.operator} at ${when(v.ts)}`, v.note ? `: ${v.note}` : ""]
+      : el("span", { cls: "dim" }, "no verdict yet")),
+    el("p", {}, mark("true", "True fault"), " ", mark("false", "False alarm"), " ", mark("unsure", "Unsure"), " ", note));
+}
+
+const pct = (p) => (p === null || p === undefined ? "–" : (p * 100).toFixed(0) + " %");
+
+async function renderReport() {  // the shadow report: read before promoting a rule from observe
+  const since = state.arg || "7d";
+  const r = await api("/api/report?since=" + encodeURIComponent(since));
+  const rows = r.rules.map((x) => el("tr", { "data-rule": x.rule }, el("td", {}, x.rule), el("td", { cls: "mode" }, x.mode || "–"),
+    el("td", {}, `${x.decisions} (${x.observed}/${x.acted}/${x.held})`),
+    el("td", {}, `evict ${x.evictions} (${x.nodes.length} nodes), ${x.restarts} restarts, ${x.rollbacks} rollbacks`),
+    el("td", {}, x.would_block), el("td", { cls: "verdicts" }, x.verdicts.true === undefined ? "–" : `${x.verdicts.true}/${x.verdicts.false}/${x.verdicts.unsure}`),
+    el("td", { cls: "precision" }, pct(r.precision[x.rule]))));
+  return el("div", {}, el("h1", {}, "Shadow report"),
+    el("div", { cls: "dim", id: "report-window" }, `${r.decisions} decision(s) in the last ${since}; window: `,
+      ["1h", "1d", "7d", "30d"].map((w) => [el("a", { href: "#report/" + w }, w), " "]),
+      ". Time saved: `trainguard actions report` (it reads act's ETTR account)."),
+    el("div", { cls: "panel" }, el("table", { id: "report-table" },
+      el("tr", {}, ["rule", "mode", "decisions (observed/acted/held)", "would do", "breaker would block", "verdicts true/false/unsure", "precision"].map((h) => el("th", {}, h))), rows)));
 }
 
 async function act(path, body, label) {
   try { const r = await api(path, { method: "POST", body: JSON.stringify(body || {}) }); toast(`${label}: sent as ${r.command}`); soon(); }
   catch (err) { toast(`${label} refused: ${err.message}`); }
+}
+
+function precisionPanel(p) {  // each rule's mode next to its precision (operators' verdicts, act's figures)
+  const rows = p.rules.map((r) => el("tr", { "data-rule": r.rule, cls: r.low ? "low" : "" }, el("td", {}, r.rule), el("td", { cls: "mode" }, r.mode),
+    el("td", { cls: "precision" }, pct(r.precision), r.low ? " (below the floor)" : ""), el("td", {}, `${r.true}/${r.false}/${r.unsure}`)));
+  return el("div", { cls: "panel", id: "precision" }, el("h2", {}, "Precision by rule"),
+    p.known ? el("div", { cls: "dim" }, `true / (true + false) over ${Math.round(p.window_s / 86400)} d of verdicts; a rule in auto below ${pct(p.floor)} on ${p.min_verdicts}+ verdicts alerts.`)
+      : el("div", { cls: "dim" }, "act has not reported yet"),
+    el("table", { id: "rule-precision" }, el("tr", {}, ["rule", "mode", "precision", "verdicts true/false/unsure"].map((h) => el("th", {}, h))), rows),
+    p.detectors.length ? el("table", { id: "detector-precision" }, el("tr", {}, ["detector", "precision", "verdicts true/false/unsure"].map((h) => el("th", {}, h))),
+      p.detectors.map((d) => el("tr", { "data-detector": d.detector }, el("td", {}, d.detector), el("td", { cls: "precision" }, pct(d.precision)), el("td", {}, `${d.true}/${d.false}/${d.unsure}`)))) : null);
 }
 
 async function renderControls() {
@@ -284,6 +328,7 @@ async function renderControls() {
     el("div", { cls: "panel" }, el("h2", {}, `Pending approvals (${c.pending.length})`), c.approval_kinds.length ? el("div", { cls: "dim" }, `kinds that wait for approval: ${c.approval_kinds.join(", ")}`) : null, pending),
     breaker,
     rollout,
+    precisionPanel(c.precision),
     el("div", { cls: "panel", id: "standby" }, el("h2", {}, `Standby pool (${c.pool.spares.length} ready)`), el("div", {}, c.pool.spares.join(", ") || "empty"),
       swaps.length ? el("div", { cls: "dim" }, "swapped in: " + swaps.map(([s, n]) => `${s} for ${n}`).join(", ")) : null,
       el("h2", {}, "Evicted nodes"), evicted),

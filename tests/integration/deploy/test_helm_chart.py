@@ -182,7 +182,8 @@ def test_prometheus_rule_carries_the_alerts(tmp_path: Path) -> None:
     assert rule["spec"] == shipped
     names = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
     assert names == {"TrainguardConsumerLagHigh", "TrainguardDeadLetters", "TrainguardBreakerTripped",
-                     "TrainguardStandbyPoolExhausted", "TrainguardJobEttrFalling", "TrainguardCollectorFailing"}
+                     "TrainguardStandbyPoolExhausted", "TrainguardJobEttrFalling", "TrainguardCollectorFailing",
+                     "TrainguardRulePrecisionLow"}
     metrics_sources = "".join((ROOT / p).read_text() for p in
                               ("streams/worker/metrics.py", "streams/act/metrics.py", "collectors/metrics.py"))
     for group in rule["spec"]["groups"]:

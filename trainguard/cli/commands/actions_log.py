@@ -6,7 +6,9 @@ breaker (the running `trainguard act` picks both up within a poll), and
 `pool` shows the warm-standby pool, and `return-node` puts a repaired node
 back in it, only with a passing self-check report for that node. `report` is
 the shadow report (actions/shadow.py): per rule, what act decided in a window
-and what it would have done, to read before promoting a kind from observe. (`actions-log` is an alias: the CLI
+and what it would have done, to read before promoting a kind from observe. `verdict` marks an incident a
+true fault, a false alarm or unsure (act applies it at its next poll, audited under the OS user's name;
+actions/verdicts.py). (`actions-log` is an alias: the CLI
 finds command modules by name, and this module is `actions_log`.)
 """
 
@@ -53,6 +55,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="window ending now: 90s, 30m, 12h, 7d (default: %(default)s)")
     report.add_argument("--job", default="", help="only this job")
     report.add_argument("--json", action="store_true", help="one JSON object with a row per rule")
+    verdict = verbs.add_parser("verdict", help="mark an incident a true fault, a false alarm or unsure",
+                               description="Leave a verdict on an incident act decided on, for act to apply at "
+                               "its next poll (journaled, audited under your user name): it makes each rule's and "
+                               "detector's precision (trainguard_rule_precision, the shadow report).")
+    verdict.add_argument("incident_id")
+    verdict.add_argument("verdict", choices=["true", "false", "unsure"],
+                         help="true: a real fault; false: a false alarm; unsure")
+    verdict.add_argument("--note", default="", help="why (kept with the verdict and in the audit trail)")
     p.set_defaults(handler=run)
 
 
@@ -79,7 +89,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         if args.verb == "report":
             return _report(args, journal, settings)
-        verbs = {"log": _log, "approve": _approve, "reset-breaker": _reset, "pool": _pool, "return-node": _return}
+        verbs = {"log": _log, "approve": _approve, "reset-breaker": _reset, "pool": _pool, "return-node": _return,
+                 "verdict": _verdict}
         return verbs[args.verb](args, journal)
     finally:
         journal.close()
@@ -114,6 +125,7 @@ def _report(args: argparse.Namespace, journal: object, settings: Settings) -> in
     from actions.journal import Journal
     from actions.rollout import RolloutPolicy
     from actions.shadow import responses, shadow_report
+    from actions.verdicts import counts_by_rule, precision
 
     assert isinstance(journal, Journal)
     since = time.time() - args.since
@@ -121,7 +133,9 @@ def _report(args: argparse.Namespace, journal: object, settings: Settings) -> in
     cfg = settings.actions
     policy = RolloutPolicy.restore(journal.get_state("rollout"), cfg.rollout.policy())  # as act would hold it
     modes = {d.rule: policy.mode_for(d.kind, d.rule, cfg.approval_kinds) for d in decisions}
-    rows = shadow_report(decisions, modes=modes, response_s=responses(journal.states("ettr:")))
+    shown = precision(journal.get_state("verdicts"), now=time.time(), window_s=cfg.rollout.precision_window_s)
+    rows = shadow_report(decisions, modes=modes, response_s=responses(journal.states("ettr:")),
+                         verdicts=counts_by_rule(shown["rules"]))
     if args.json:
         print(json.dumps({"since": since, "job": args.job, "rules": [r.as_dict() for r in rows]}))
         return 0
@@ -202,4 +216,22 @@ def _return(args: argparse.Namespace, journal: object) -> int:
         return 1
     journal.request_node_return(args.node)
     print(f"{args.node} queued for the standby pool; `trainguard act` adds it at its next poll")
+    return 0
+
+
+def _verdict(args: argparse.Namespace, journal: object) -> int:
+    import getpass
+    import time
+    import uuid
+
+    from actions.journal import Journal
+    from actions.verdicts import CLI_VERDICT_PREFIX
+
+    assert isinstance(journal, Journal)
+    if journal.decision_for(args.incident_id) is None:
+        raise UsageError(f"actions: no decision for incident {args.incident_id} in the journal")
+    journal.put_state(CLI_VERDICT_PREFIX + uuid.uuid4().hex,
+                      {"incident": args.incident_id, "verdict": args.verdict, "note": args.note,
+                       "operator": f"{getpass.getuser()} (cli)", "ts": time.time()})
+    print(f"incident {args.incident_id} marked {args.verdict}; `trainguard act` applies it at its next poll")
     return 0
