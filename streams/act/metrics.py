@@ -53,10 +53,6 @@ class ActionMetrics:
                              "self-checks), held out of the standby pool until an operator releases them",
                              registry=self.registry)
 
-    def lemons(self, count: int) -> None:
-        """Nodes quarantined as lemons now (only an operator's release_node brings one back)."""
-        self._lemons.set(count)
-
         self._rule_precision = Gauge("trainguard_rule_precision", "Operators' verdicts: true / (true + false) per "
                                      "rule over actions.rollout.precision_window_s (unsure excluded; absent "
                                      "without a true or false verdict)", ["rule"], registry=self.registry)
@@ -67,6 +63,10 @@ class ActionMetrics:
         self._low = Gauge("trainguard_rule_precision_low", "1 while a rule in auto has a precision below "
                           "actions.rollout.precision_floor on enough verdicts", ["rule"], registry=self.registry)
         self._shown: dict[int, set[tuple[str, ...]]] = {}  # id(gauge) -> label values set last time
+
+    def lemons(self, count: int) -> None:
+        """Nodes quarantined as lemons now (only an operator's release_node brings one back)."""
+        self._lemons.set(count)
 
     def precision(self, shown: Mapping[str, Mapping[str, Mapping[str, object]]], low: Sequence[str]) -> None:
         """Per-rule and per-detector precision, verdict counts, and the rules in auto below the floor;

@@ -41,8 +41,7 @@ from schemas.codec import Codec
 from schemas.records import AuditEntry, OperatorCommand
 from schemas.signing import Signer, load_signer
 from schemas.topics import Topics, key_for
-from tests.e2e.test_actions_local import Tap
-from tests.e2e.test_rails_hold import base_env, hw, start
+from tests.e2e.act_kit import Tap, base_env, hw, trainguard
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 JOB = "verdict-job"
@@ -107,7 +106,7 @@ def test_verdicts_move_the_precision_a_real_act_exports_and_survive_a_move(
                    TRAINGUARD_ACTIONS__ROLLOUT__PRECISION_MIN_VERDICTS="2", USER="carol")
     console, forger = load_signer(keys.root / "console.key"), Signer("console", Ed25519PrivateKey.generate())
     tap = Tap(kafka, Topics(topic_prefix), keys)
-    act = start(env, "act", "--executor", "local", "--metrics-port", str(port), "--timeout", "240")
+    act = trainguard(env, "act", "--executor", "local", "--metrics-port", str(port), "--timeout", "240")
     acts = [act]
     try:
         audited(tap, "rails_state")
@@ -149,7 +148,7 @@ def test_verdicts_move_the_precision_a_real_act_exports_and_survive_a_move(
         act.send_signal(signal.SIGTERM)
         act.communicate(timeout=60)
         shutil.rmtree(tmp_path / "act")  # a new machine: only act-state remembers
-        moved = start(env, "act", "--executor", "local", "--metrics-port", str(port), "--timeout", "240")
+        moved = trainguard(env, "act", "--executor", "local", "--metrics-port", str(port), "--timeout", "240")
         acts.append(moved)
         until(lambda: scrape(port, "trainguard_rule_precision") == 0.3333, 90, "the moved act's precision")
     finally:

@@ -7,75 +7,26 @@ sent" is asserted on what reached it.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from actions.checkpoints import CheckpointRegistry
 from actions.core import ActCore
-from actions.engine import DecisionEngine
-from actions.journal import Journal
 from actions.knowledge import JobKnowledge
 from actions.operator import apply_operator_command
 from actions.rollout import RolloutPolicy, overridden, parse_subject
-from actions.runner import PlanRunner, Rails
-from actions.safety import CircuitBreaker, Cooldown
 from actions.settings import ActionSettings
-from actions.standby import StandbyPool
-from schemas.actions import ACTIONS
 from schemas.codec import Codec
 from schemas.records import (
-    ActionCommand,
-    ActionResult,
     AuditEntry,
-    CheckpointEvent,
-    Incident,
-    JobTopology,
     OperatorCommand,
     Record,
 )
 from schemas.signing import KeyRing, Signer
 from streams.act.metrics import ActionMetrics
-
-NOW = 10_000.0
-
-
-class Recording:
-    """Answers every command ok and keeps it: what act sent is what is here."""
-
-    name = "recording"
-    handles = frozenset(ACTIONS)
-
-    def __init__(self) -> None:
-        self.sent: list[ActionCommand] = []
-        self._lock = threading.Lock()
-
-    def execute(self, command: ActionCommand, *, targets: list[str]) -> ActionResult:
-        with self._lock:
-            self.sent.append(command)
-        return ActionResult(ts=NOW, command_id=command.id, action=command.action, status="ok", job=command.job)
-
-
-def hw(job: str, node: str, n: int = 0) -> Incident:
-    return Incident(ts=NOW, id=f"inc-{job}-{node}-{n}", kind="hw_fault", job=job, onset=NOW - 1, detected_at=NOW,
-                    nodes=[node])
-
-
-def build(path: Path, policy: RolloutPolicy, executor: Recording, *, approval: list[str] | None = None,
-          fleet_max: int = 4) -> tuple[DecisionEngine, PlanRunner]:
-    reg = CheckpointRegistry()
-    eng = DecisionEngine(reg)
-    for j in ("a", "b", "c"):
-        reg.observe(CheckpointEvent(ts=1.0, job=j, step=100, path=f"/ck/{j}/100"))
-        eng.observe_topology(JobTopology(ts=0.0, job=j, world_size=8, rank_nodes={r: f"{j}{r}" for r in range(8)}))
-    rails = Rails(CircuitBreaker(max_fraction=0.25, window_s=3600, fleet_max_evictions=fleet_max),
-                  Cooldown(cooldown_s=600), StandbyPool(spares=["s0", "s1", "s2"]), approval_kinds=approval or [],
-                  rollout=policy)
-    return eng, PlanRunner(journal=Journal(path / "journal.sqlite"), rails=rails, executors=[executor],
-                           sink=lambda r: None, clock=lambda: NOW, topologies=eng.topologies)
+from tests.unit.actions.rollout_kit import NOW, Recording, build, hw
 
 
 def test_the_most_specific_mode_wins_and_approval_kinds_cap_auto() -> None:

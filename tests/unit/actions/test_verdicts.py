@@ -26,7 +26,7 @@ from schemas.codec import Codec
 from schemas.records import AuditEntry, Decision, OperatorCommand, PlannedAction, Record
 from schemas.signing import KeyRing, Signer
 from streams.act.metrics import ActionMetrics
-from tests.unit.actions.test_rollout import NOW, Recording, build, hw
+from tests.unit.actions.rollout_kit import NOW, Recording, build, hw
 from trainguard.cli import main
 
 RULE = "hw_fault.evict_swap_restart"

@@ -4,69 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from kafka import KafkaConsumer, KafkaProducer
+from aiohttp.test_utils import TestClient
+from kafka import KafkaProducer
 
 from schemas.codec import Codec
-from schemas.records import AuditEntry, Incident, OperatorCommand, Record
-from schemas.signing import KeyRing, Signer
+from schemas.records import AuditEntry, Incident, OperatorCommand
+from schemas.signing import KeyRing
 from schemas.topics import Topics, key_for
-from streams.admin import ensure_topics
-from streams.console.app import create_app
-from streams.console.auth import Authenticator, User
-from streams.console.feed import ConsoleFeed
+from streams.console.auth import Authenticator
 from streams.console.settings import ConsoleSettings
-from streams.console.state import ConsoleState
+from tests.integration.streams.console.console_kit import OP, VIEW, console_key, read, read_raw, with_console
 
 pytestmark = pytest.mark.broker
-USERS = [User(name="alice", role="operator", token="op"), User(name="victor", role="viewer", token="view")]
-OP, VIEW = {"Authorization": "Bearer op"}, {"Authorization": "Bearer view"}
-
-
-def console_key() -> Signer:
-    return Signer("console", Ed25519PrivateKey.generate())
-
-
-def with_console(kafka: str, prefix: str, body: Callable[[TestClient[Any, Any]], Awaitable[None]],
-                 auth: Authenticator | None = None, signer: Signer | None = None, unsigned: bool = False,
-                 cfg: ConsoleSettings | None = None) -> None:
-    topics = Topics(prefix)
-    ensure_topics(kafka, topics.all(), partitions=2, replication=1)
-
-    async def main() -> None:
-        feed = ConsoleFeed(kafka, topics, ConsoleState(), signer=None if unsigned else signer or console_key())
-        client = TestClient(TestServer(create_app(feed, auth or Authenticator(USERS), cfg or ConsoleSettings())))
-        await client.start_server()
-        try:
-            for _ in range(100):
-                if feed.caught_up:
-                    break
-                await asyncio.sleep(0.1)
-            await body(client)
-        finally:
-            await client.close()
-
-    asyncio.run(main())
-
-
-def read(kafka: str, name: str, count: int, timeout_s: float = 20.0) -> list[Record]:
-    return [Codec().decode(m.value) for m in read_raw(kafka, name, count, timeout_s)]
-
-
-def read_raw(kafka: str, name: str, count: int, timeout_s: float = 20.0) -> list[Any]:
-    consumer = KafkaConsumer(name, bootstrap_servers=kafka, auto_offset_reset="earliest", group_id=None)
-    out: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    while len(out) < count and time.monotonic() < deadline:
-        for batch in consumer.poll(timeout_ms=300).values():
-            out.extend(batch)
-    consumer.close()
-    return out
 
 
 def test_no_action_without_an_operator_and_csrf(kafka: str, topic_prefix: str) -> None:

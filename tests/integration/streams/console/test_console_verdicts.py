@@ -13,7 +13,7 @@ from kafka import KafkaProducer
 from schemas.codec import Codec
 from schemas.records import AuditEntry, Decision, Incident, OperatorCommand, PlannedAction, Record
 from schemas.topics import Topics, key_for
-from tests.integration.streams.console.test_console_api import OP, VIEW, read, with_console
+from tests.integration.streams.console.console_kit import OP, VIEW, read, with_console
 
 pytestmark = pytest.mark.broker
 RULE = "hw_fault.evict_swap_restart"
