@@ -61,8 +61,8 @@ from actions.knowledge import JobKnowledge
 from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command, record_selfcheck
 from actions.rollout import ROLLOUT_KINDS
 from actions.runner import PlanRunner
-from detectors.common import Bounded, bounded_evictions
 from schemas.actions import AGENT_TRANSLATION
+from schemas.bounded import Bounded, bounded_evictions
 from schemas.records import (
     ActionResult,
     AttemptKey,
