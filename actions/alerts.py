@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from schemas.kinds import SEVERITY as SEVERITY  # critical for faults that stop a job: a column of the kinds table
 from schemas.records import Decision, Incident
 
-SEVERITY = {"hw_fault": "critical", "sdc": "critical", "hang": "critical", "network": "warning",
-            "nan": "warning", "loss_spike": "warning", "slowdown": "warning", "user_error": "warning"}
 BLOCKED = frozenset({"blocked", "awaiting_approval", "failed"})
 
 

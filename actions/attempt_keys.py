@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from detectors.common import Bounded
+from schemas.bounded import Bounded
 from schemas.records import AttemptKey, CheckpointEvent, JobTopology
 from schemas.signing import KID_HEADER, SIG_HEADER, parse_key_id, public_b64, public_from_b64
 

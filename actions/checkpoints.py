@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from actions.restore import RestorePlan, TierIndex
-from detectors.common import Bounded
+from schemas.bounded import Bounded
 from schemas.records import CheckpointEvent
 
 

@@ -70,8 +70,8 @@ from actions.quarantine import Quarantine
 from actions.rollout import ROLLOUT_KINDS
 from actions.runner import PlanRunner
 from actions.verdicts import CLI_VERDICT_PREFIX, VerdictPolicy, low_rules, precision
-from detectors.common import Bounded, bounded_evictions
 from schemas.actions import AGENT_TRANSLATION
+from schemas.bounded import Bounded, bounded_evictions
 from schemas.records import (
     ActionResult,
     AttemptKey,

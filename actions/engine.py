@@ -22,8 +22,9 @@ import msgspec
 from actions.checkpoints import Checkpoint, CheckpointRegistry
 from actions.replay import plan_regroupings
 from actions.topology import Topology
-from detectors.base import anomaly_id
-from detectors.common import Bounded
+from schemas.bounded import Bounded
+from schemas.ids import anomaly_id
+from schemas.kinds import SICK_NODE_KINDS
 from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit, StepCondition, StepRef
 from schemas.records import Decision, Incident, JobTopology
 
@@ -75,7 +76,7 @@ class DecisionEngine:
     def decide(self, incident: Incident) -> Decision:
         """Choose the plan for one incident."""
         kind = incident.kind
-        if not incident.job and kind in ("hw_fault", "network", "sdc") and incident.nodes:
+        if not incident.job and kind in SICK_NODE_KINDS and incident.nodes:
             return self._jobless_node(incident)
         if kind == "hw_fault":
             return self._hw_fault(incident)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from detectors.common import Bounded
 from schemas.actions import DIAGNOSES
+from schemas.bounded import Bounded
 from schemas.records import ActionResult, Incident, Record, TrainingStep
 
 CATEGORIES = ("detection", "localisation", "failover", "recompute")

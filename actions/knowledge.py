@@ -29,7 +29,7 @@ from actions.engine import DecisionEngine
 from actions.ettr import EttrAccount
 from actions.journal import Journal
 from actions.restore import JOURNALED
-from detectors.common import Bounded
+from schemas.bounded import Bounded
 from schemas.records import CheckpointEvent, JobTopology
 
 _CKPT = "ckpt:"

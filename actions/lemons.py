@@ -35,9 +35,11 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from schemas.kinds import BLAMES_A_LONE_NODE, BLAMES_EVERY_NODE
+
 STATE_KEY = "lemons"
-DEFAULT_KINDS = ("hw_fault", "sdc")
-DEFAULT_LOCALISED = ("network", "slowdown")
+DEFAULT_KINDS = BLAMES_EVERY_NODE  # schemas.kinds: the machine's own faults
+DEFAULT_LOCALISED = BLAMES_A_LONE_NODE  # the node only when it is the one named
 MAX_HISTORY = 64  # entries kept per node: enough for the console; a lemon is decided long before
 
 

@@ -26,7 +26,7 @@ import bisect
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from detectors.common import Bounded
+from schemas.bounded import Bounded
 from schemas.records import CheckpointEvent
 
 PREFERENCE: tuple[str, ...] = ("memory", "disk", "peer", "durable")

@@ -23,7 +23,8 @@ from typing import Any, Literal, cast, get_args
 
 from actions.safety import CircuitBreaker, Cooldown, needs_approval
 from schemas.actions import REMOVES_NODE
-from schemas.records import ANOMALY_KINDS, Decision
+from schemas.kinds import ANOMALY_KINDS
+from schemas.records import Decision
 
 Mode = Literal["observe", "approve", "auto"]
 MODES: tuple[str, ...] = get_args(Mode)

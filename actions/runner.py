@@ -35,8 +35,8 @@ from actions.selfcheck.fanout import FanOut, machine_command_id
 from actions.settings import SelfCheckSettings
 from actions.standby import PoolExhausted, StandbyPool
 from actions.topology import Topology
-from detectors.common import Bounded
 from schemas.actions import CLUSTER_ACTIONS, DIAGNOSES, REMOVES_NODE, RESTARTS_JOB, STOP_PLAN_ON_FAILURE
+from schemas.bounded import Bounded
 from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit
 from schemas.records import ActionCommand, ActionResult, AuditEntry, Decision, Record
 from schemas.signing import new_command_id

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from actions.executors.names import LOCAL, check_names, expand_legacy
 from actions.lemons import DEFAULT_KINDS, DEFAULT_LOCALISED, LemonPolicy
 from actions.rollout import Mode, RolloutPolicy
 from actions.verdicts import VerdictPolicy
-from schemas.records import ANOMALY_KINDS
+from schemas.kinds import ANOMALY_KINDS
 
 
 class KubernetesSettings(BaseModel):
@@ -187,15 +188,11 @@ class ActionSettings(BaseModel):
     @field_validator("executors")
     @classmethod
     def _registered(cls, names: list[str]) -> list[str]:
-        from actions.executors.registry import check_names
-
         return check_names(names) if names else names
 
     @field_validator("executor")
     @classmethod
     def _registered_one(cls, name: str) -> str:
-        from actions.executors.registry import check_names
-
         return check_names([name])[0] if name else name
 
     @model_validator(mode="after")
@@ -206,6 +203,4 @@ class ActionSettings(BaseModel):
 
     def enabled_executors(self) -> list[str]:
         """The executors act enables, in priority order (`executors`, else `executor` expanded, else local)."""
-        from actions.executors.registry import LOCAL, expand_legacy
-
         return list(self.executors) or (expand_legacy(self.executor) if self.executor else [LOCAL])

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
+from schemas.kinds import ANOMALY_KINDS
 from schemas.records import (
     ActionCommand,
     ActionResult,
@@ -50,7 +51,7 @@ from streams.console.settings import ConsoleSettings
 from streams.console.state import ConsoleState
 
 TOKEN = "bench-operator"
-KINDS = ("hw_fault", "network", "hang", "slowdown", "nan", "loss_spike", "sdc", "user_error")
+KINDS = ANOMALY_KINDS
 
 
 def big_state(nodes: int = 1000, incidents: int = 10_000, jobs: int = 4, steps: int = 5000) -> ConsoleState:

@@ -39,7 +39,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from benchmarks.bench_pipeline import fleet_second
 from detectors.pipeline import DetectionPipeline
-from schemas.records import ANOMALY_KINDS
+from schemas.kinds import ANOMALY_KINDS
 from schemas.topics import INPUT_TOPICS, Topics
 from streams.worker.metrics import (
     BATCH_BUCKETS_S,

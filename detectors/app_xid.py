@@ -27,6 +27,7 @@ from typing import Any
 
 from detectors.common import Bounded
 from detectors.xid import classify, is_fatal
+from schemas import node_jobs
 from schemas.records import JobTopology, NodeGpuSample
 
 
@@ -48,18 +49,18 @@ class JobWideXids:
             return
         self._nodes[record.job] = nodes
         for node in nodes:
-            self._job_of[node] = record.job
+            node_jobs.learn(self._job_of, node, record.job)
         self._app.pop(record.job, None)  # a new layout: XIDs of the old one do not count towards it
 
     def job_of(self, node: str) -> str:
         """The job the topology placed `node` in ("" when none did)."""
-        return self._job_of.get(node, "")
+        return node_jobs.job_of(self._job_of, node)
 
     def sample(self, record: NodeGpuSample) -> dict[str, Any] | None:
         """Note this sample's XIDs; the evidence of a job-wide application crash when this one completes it."""
         if not record.xids:
             return None
-        job = record.job or self._job_of.get(record.node, "")
+        job = node_jobs.job_of(self._job_of, record.node, record.job)
         if not job:
             return None
         seen = self._app.get(job)

@@ -17,18 +17,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from abc import ABC
 from typing import Any
 
 from detectors.dispatch import HandlerError, handlers
+from schemas.ids import anomaly_id as anomaly_id  # re-exported: plug-in detectors import it from here
 from schemas.records import Anomaly, Record
-
-
-def anomaly_id(*parts: object) -> str:
-    """A deterministic id: the same finding on a replay gets the same id."""
-    raw = "|".join(str(p) for p in parts).encode()
-    return hashlib.blake2b(raw, digest_size=10).hexdigest()
 
 
 class Detector(ABC):  # noqa: B024 - a base to subclass; what it must add are @on handlers, not overrides

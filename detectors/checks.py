@@ -28,7 +28,8 @@ from detectors.base import Detector
 from detectors.dispatch import HandlerError, handlers
 from detectors.pipeline import DetectionPipeline
 from detectors.synthetic import Fleet, mixed_stream
-from schemas.records import ANOMALY_KINDS, Anomaly, Record
+from schemas.kinds import ANOMALY_KINDS
+from schemas.records import Anomaly, Record
 
 Check = Callable[[type[Detector], list[Record]], None]
 

@@ -3,8 +3,9 @@
 * `Rolling` is a fixed-size window with a cached median: the robust,
   allocation-light baseline most detectors need (median/MAD instead of
   mean/stddev, so one wild value does not move it).
-* `Bounded` is a dict that forgets its oldest keys beyond a cap, so a
-  detector's state stays bounded on an endless stream of new jobs or nodes.
+* `Bounded` (from `schemas.bounded`, where act's memories find it too) is a
+  dict that forgets its oldest keys beyond a cap, so a detector's state stays
+  bounded on an endless stream of new jobs or nodes.
 * `finding()` builds an `Anomaly` with a deterministic id.
 * `Snapshottable` is how detector state pickles: the worker snapshots
   every task's pipeline on its hot loop (streams.worker.snapshot).
@@ -14,14 +15,13 @@ Everything here is pure and picklable.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from typing import Any, ClassVar, Generic, TypeVar
+from collections import deque
+from typing import Any, ClassVar
 
-from detectors.base import anomaly_id
+from schemas.bounded import Bounded as Bounded  # re-exported: detectors and older snapshots name it here
+from schemas.bounded import bounded_evictions as bounded_evictions
+from schemas.ids import anomaly_id
 from schemas.records import Anomaly
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 class Snapshottable:
@@ -136,34 +136,6 @@ def median(values: Any) -> float:
     return float(ordered[mid]) if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
-class Bounded(OrderedDict[K, V], Generic[K, V]):
-    """A dict keeping at most `cap` keys; inserting a new key past it drops the oldest.
-
-    Every drop is counted in `evicted`, so a bound that bites shows up in the
-    metrics (`bounded_evictions`) instead of silently degrading a detector.
-
-    >>> b = Bounded(2)
-    >>> b["a"], b["b"], b["c"] = 1, 2, 3
-    >>> list(b), b.evicted
-    (['b', 'c'], 1)
-    """
-
-    def __init__(self, cap: int) -> None:
-        super().__init__()
-        self.cap = cap
-        self.evicted = 0
-
-    def __reduce__(self) -> Any:
-        return (type(self), (self.cap,), {"evicted": self.evicted}, None, iter(self.items()))
-
-    def __setitem__(self, key: K, value: V) -> None:
-        new = key not in self
-        super().__setitem__(key, value)
-        if new and len(self) > self.cap:
-            self.popitem(last=False)
-            self.evicted += 1
-
-
 # Per-rank maps of one job hold at most this many ranks (read at call time: tests lower it).
 # 32k ranks is beyond today's largest jobs; past it, the least recently added ranks are forgotten, counted.
 MAX_RANKS = 32_768
@@ -172,42 +144,6 @@ MAX_RANKS = 32_768
 def rank_map() -> Bounded[Any, Any]:
     """A per-rank (or per-group) map of one job, bounded at `MAX_RANKS`."""
     return Bounded(MAX_RANKS)
-
-
-def bounded_evictions(obj: object, _depth: int = 3) -> int:
-    """Evictions of every `Bounded` map reachable from `obj`'s attributes (a few levels deep).
-
-    One function for the metrics (called per scrape, O(keys)) instead of a counter
-    threaded through each detector.
-
-    >>> class D:
-    ...     def __init__(self) -> None:
-    ...         self.jobs = Bounded(1)
-    >>> d = D(); d.jobs["a"] = 1; d.jobs["b"] = 2
-    >>> bounded_evictions(d)
-    1
-    """
-    if _depth < 0:
-        return 0
-    total = obj.evicted if isinstance(obj, Bounded) else 0
-    for child in _children(obj):
-        if isinstance(child, dict) or hasattr(child, "__dict__") or hasattr(child, "__slots__"):
-            total += bounded_evictions(child, _depth - 1)
-    return total
-
-
-def _children(obj: object) -> list[Any]:
-    """Attribute values of an object (plain or slotted), or a dict's values."""
-    if isinstance(obj, dict):
-        return list(obj.values())
-    if isinstance(obj, (str, bytes, int, float, tuple, list, set, frozenset)):
-        return []
-    out = list(getattr(obj, "__dict__", {}).values())
-    for cls in type(obj).__mro__:
-        for name in getattr(cls, "__slots__", ()):
-            if hasattr(obj, name):
-                out.append(getattr(obj, name))
-    return out
 
 
 def finding(

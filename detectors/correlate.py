@@ -31,14 +31,10 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from detectors.base import anomaly_id
 from detectors.persistence import TRANSIENT
+from schemas.ids import anomaly_id
+from schemas.kinds import CAUSES, CRASH_CAUSES, NODE_LOCAL, NOTED, SYMPTOMS  # columns of the kinds table
 from schemas.records import Anomaly, Incident
-
-CAUSES = frozenset({"hw_fault", "network", "user_error", "nan", "sdc"})
-NODE_LOCAL = frozenset({"hw_fault"})
-NOTED = frozenset({"clock_skew"})  # findings that are reported and never opened as incidents
-CRASH_CAUSES = CAUSES | {"hang"}  # a hung job's ranks dying of their timeout: the hang is why it stopped
 
 
 def _scope(anomaly: Anomaly) -> str:
@@ -51,7 +47,6 @@ def _scope(anomaly: Anomaly) -> str:
     if anomaly.kind in NODE_LOCAL:
         return f"{anomaly.job}|{nodes}"
     return anomaly.job or "node:" + nodes
-SYMPTOMS = frozenset({"hang", "slowdown"})
 
 
 def _unexplained_crash(anomaly: Anomaly) -> bool:

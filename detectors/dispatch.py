@@ -19,14 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from schemas.codec import RECORD_TYPES, record_tag
 from schemas.records import Anomaly, Record
 from schemas.topics import INPUT_TOPICS, TOPIC_OF_TAG
-
-if TYPE_CHECKING:
-    from detectors.base import Detector
 
 # The record types the worker and the backtest feed a pipeline: those of the input topics.
 OBSERVED: frozenset[type[Record]] = frozenset(
@@ -109,6 +106,11 @@ def consumes(cls: type) -> frozenset[str]:
     return frozenset(str(t.__struct_config__.tag) for t in handlers(cls))
 
 
-def bind(detector: Detector) -> dict[type[Record], list[Handler]]:
-    """Record type -> the detector's bound handlers, in declaration order."""
-    return {t: [getattr(detector, name) for name in names] for t, names in handlers(type(detector)).items()}
+def bind(detector: object) -> dict[type[Record], list[Handler]]:
+    """Record type -> the detector's bound handlers, in declaration order.
+
+    Typed `object`, not `Detector`: `detectors.base` imports this module, and
+    this one needs nothing of the class but its handler declarations.
+    """
+    cls: type = type(detector)
+    return {t: [getattr(detector, name) for name in names] for t, names in handlers(cls).items()}

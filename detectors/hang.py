@@ -38,6 +38,7 @@ from detectors.base import Detector
 from detectors.common import Bounded, Rolling, Snapshottable, finding, rank_map
 from detectors.dispatch import on
 from detectors.stacks import is_background_thread, is_observer_thread, outliers, signature
+from schemas import node_jobs
 from schemas.records import (
     Anomaly,
     CheckpointEvent,
@@ -155,7 +156,7 @@ class HangDetector(Detector):
 
     @on(NodeGpuSample)
     def _gpu_sample(self, record: NodeGpuSample) -> None:
-        name = record.job or self._node_job.get(record.node)
+        name = node_jobs.job_of(self._node_job, record.node, record.job)
         if name and name in self._jobs and record.nvml_ok and record.gpus:
             # Busy GPUs mean live processes (a hung collective spins at full utilisation); idle GPUs
             # after a crash must not keep a dead job "alive".
@@ -202,7 +203,7 @@ class HangDetector(Detector):
     @on(RdmaSample)
     def _rdma_sample(self, record: RdmaSample) -> None:
         self._rdma[record.node] = sum(p.tx_bps + p.rx_bps for p in record.ports)
-        name = record.job or self._node_job.get(record.node)
+        name = node_jobs.job_of(self._node_job, record.node, record.job)
         if name and name in self._jobs:
             self._spin(self._jobs[name], record.node, record.ts)
 
@@ -219,7 +220,7 @@ class HangDetector(Detector):
     def _place(self, job: _Job, name: str, rank: int, node: str) -> None:
         job.rank_node[rank] = node
         job.nodes.add(node)
-        self._node_job[node] = name
+        node_jobs.learn(self._node_job, node, name)
 
     def _spin(self, job: _Job, node: str, ts: float) -> None:
         """Track whether every node of the job spins: GPUs busy, RDMA silent."""

@@ -47,6 +47,7 @@ from detectors.base import Detector
 from detectors.common import Bounded, Snapshottable, finding
 from detectors.dispatch import on
 from detectors.xid import classify, is_fatal
+from schemas import node_jobs
 from schemas.records import Anomaly, GpuStats, LogEvent, NodeCondition, NodeGpuSample
 
 NVML_HUNG = re.compile(r"timed out|still hung|NVML_ERROR_TIMEOUT|Timeout", re.IGNORECASE)
@@ -131,7 +132,7 @@ class HardwareDetector(Detector):
                      "message": record.message[:300], "at": at, "source": record.source}
         else:
             return []
-        job = record.job or self._node_job.get(record.node, "")
+        job = node_jobs.job_of(self._node_job, record.node, record.job)
         return self._report(NodeGpuSample(ts=record.ts, node=record.node, job=job), [cause])
 
     @on(NodeGpuSample)
@@ -139,7 +140,7 @@ class HardwareDetector(Detector):
         if record.ts > self._now:
             self._now = record.ts
         if record.job:
-            self._node_job[record.node] = record.job
+            node_jobs.learn(self._node_job, record.node, record.job)
         if not record.nvml_ok:
             if not record.source and NVML_HUNG.search(record.error):
                 return self._report(record, [{"gpu": -1, "cause": "nvml_timeout", "error": record.error[:200]}])
@@ -170,7 +171,7 @@ class HardwareDetector(Detector):
         code = int(match.group("code"))
         cause = {"gpu": -1, "cause": "xid", "code": code, "meaning": classify(code, log.message).meaning, "at": log.ts,
                  "pci": match.group("pci") or "", "source": "kernel log"}
-        job = log.job or self._node_job.get(log.node, "")
+        job = node_jobs.job_of(self._node_job, log.node, log.job)
         return self._report(NodeGpuSample(ts=log.ts, node=log.node, job=job), [cause])
 
     def _counters(self, gpus: dict[int, _Gpu], g: GpuStats, ts: float) -> list[dict[str, Any]]:

@@ -38,11 +38,12 @@ from detectors.common import Bounded, finding, rank_map
 from detectors.dispatch import OBSERVED, on
 from detectors.metric_models import DEFAULT_THRESHOLDS, HalfSpace, RiverModel, RobustZ, build_model
 from schemas.codec import record_tag
+from schemas.kinds import IncidentKind
 from schemas.records import Anomaly, CustomMetric, NodeGpuSample, Record
 
 RecordTag = Literal["step", "heartbeat", "phase", "checkpoint", "topology", "stack", "gpu_sample", "rdma_sample",
                     "log", "node_condition", "custom"]
-Kind = Literal["hw_fault", "network", "hang", "slowdown", "nan", "loss_spike", "sdc", "user_error"]
+Kind = IncidentKind  # the kinds a configured instance may report (schemas.kinds)
 _ALL = tuple(sorted(OBSERVED, key=record_tag))
 
 

@@ -37,6 +37,7 @@ from detectors.correlate import IncidentCorrelator
 from detectors.dispatch import Handler, bind
 from detectors.registry import build
 from detectors.settings import DetectorSettings
+from schemas import node_jobs
 from schemas.records import (
     Anomaly,
     CustomMetric,
@@ -76,13 +77,11 @@ class NodeJobIndex:
         """Update the index from a record that names job and node(s)."""
         if isinstance(record, JobTopology):
             for node in record.rank_nodes.values():
-                if node and self.jobs.get(node) != record.job:
-                    self.jobs[node] = record.job
+                if node and node_jobs.learn(self.jobs, node, record.job):
                     self.changes.append((node, record.job))
             return
         node, job = getattr(record, "node", ""), getattr(record, "job", "")
-        if node and job and self.jobs.get(node) != job:
-            self.jobs[node] = job
+        if node and job and node_jobs.learn(self.jobs, node, job):
             self.changes.append((node, job))
 
     def drain(self) -> list[tuple[str, str]]:
@@ -92,11 +91,11 @@ class NodeJobIndex:
 
     def job_of(self, node: str) -> str:
         """The node's current job, or "" when it runs none we know of."""
-        return self.jobs.get(node, "")
+        return node_jobs.job_of(self.jobs, node)
 
     def stamp(self, record: Record) -> Record:
         """`record` with its node's job filled in, when it has none."""
-        job = self.jobs.get(record.node, "") if not record.job else ""  # type: ignore[attr-defined]
+        job = "" if record.job else node_jobs.job_of(self.jobs, record.node)  # type: ignore[attr-defined]
         return msgspec.structs.replace(record, job=job) if job else record
 
 

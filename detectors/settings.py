@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.kinds import ANOMALY_KINDS
+
 
 class DetectorSpec(BaseModel):
     """One configured detector instance."""
@@ -27,7 +29,9 @@ def default_specs() -> list[DetectorSpec]:
     return [DetectorSpec(type=t) for t in DEFAULT_TYPES]
 
 
-DEFAULT_TYPES: tuple[str, ...] = ("nan", "hw_fault", "network", "hang", "slowdown", "loss_spike", "sdc", "user_error")
+# One built-in detector per built-in kind, of the same name (schemas.kinds), the NaN detector first as it
+# always ran: the order of a record's findings is part of what a replay reproduces.
+DEFAULT_TYPES: tuple[str, ...] = ("nan", *(kind for kind in ANOMALY_KINDS if kind != "nan"))
 
 
 class CorrelatorSettings(BaseModel):

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 
 from schemas.actions import ActionName
+from schemas.kinds import ANOMALY_KINDS as ANOMALY_KINDS  # re-exported: the table is schemas.kinds
+from schemas.kinds import AnomalyKind
 from schemas.plan import PlannedAction, check_plan
 
 SCHEMA_VERSION = 1
@@ -33,21 +35,6 @@ if TYPE_CHECKING:
 else:
     Metric = float | NonFinite  # what msgspec accepts: the wire spells non-finite values as strings
 
-AnomalyKind = Literal[
-    "hw_fault", "network", "hang", "slowdown", "nan", "loss_spike", "sdc", "user_error",
-    "unknown", "transient",  # no detector emits these yet; the action engine retries once, then escalates
-    "clock_skew",  # a host's clock off by more than the bound (streams.worker.skew): noted, never an incident
-]
-ANOMALY_KINDS: tuple[str, ...] = (
-    "hw_fault",
-    "network",
-    "hang",
-    "slowdown",
-    "nan",
-    "loss_spike",
-    "sdc",
-    "user_error",
-)
 Phase = Literal["init", "training", "checkpointing", "eval", "idle", "stopped"]
 
 # ----------------------------------------------------------------- bounds

@@ -19,6 +19,18 @@ from schemas.records import ActionCommand, ActionResult
 Clock = Callable[[], float]
 
 
+class CommandBus(Protocol):
+    """Where commands go and results come back from."""
+
+    def send(self, command: ActionCommand) -> ActionCommand:
+        """Publish one command, signed and stamped with its expiry; returns what was sent."""
+        ...
+
+    def collect(self, command_id: str, *, nodes: list[str], timeout_s: float) -> list[ActionResult]:
+        """Results for `command_id` until every node in `nodes` answered (or one, if empty)."""
+        ...
+
+
 class Executor(Protocol):
     """Carries out commands of the actions it `handles` (read off the action table in schemas/actions.py).
 

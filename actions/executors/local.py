@@ -13,28 +13,17 @@ cluster executor (`[kubernetes, local]`), it gets only the agent actions.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from actions.executors.base import Clock, invalid_nodes, merge_results, refused
+from actions.executors.base import CommandBus as CommandBus  # re-exported: the bus's protocol lives in base
 
 if TYPE_CHECKING:
     from actions.executors.registry import ExecutorContext
 from schemas.actions import AGENT_EXECUTABLE, AGENT_TRANSLATION
 from schemas.records import ActionCommand, ActionResult
-
-
-class CommandBus(Protocol):
-    """Where commands go and results come back from."""
-
-    def send(self, command: ActionCommand) -> ActionCommand:
-        """Publish one command, signed and stamped with its expiry; returns what was sent."""
-        ...
-
-    def collect(self, command_id: str, *, nodes: list[str], timeout_s: float) -> list[ActionResult]:
-        """Results for `command_id` until every node in `nodes` answered (or one, if empty)."""
-        ...
 
 
 class LocalExecutor:

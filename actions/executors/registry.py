@@ -19,20 +19,19 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from actions.executors.base import Clock, Executor
+from actions.executors.base import Clock, CommandBus, Executor
+from actions.executors.names import GROUP as GROUP
+from actions.executors.names import LOCAL as LOCAL
+from actions.executors.names import UnknownExecutor as UnknownExecutor
+from actions.executors.names import available as available
+from actions.executors.names import check_names as check_names
+from actions.executors.names import expand_legacy as expand_legacy
 from schemas.actions import ACTIONS
 
 if TYPE_CHECKING:
-    from actions.executors.local import CommandBus
     from actions.settings import ActionSettings
 
-GROUP = "trainguard.executors"
-LOCAL = "local"  # the node agents' executor: what `--executor NAME` adds after NAME
 RUNNER_ACTIONS = frozenset(name for name, spec in ACTIONS.items() if spec.scope == "runner")
-
-
-class UnknownExecutor(ValueError):
-    """A configured executor name is not registered, or the enabled list cannot work."""
 
 
 @dataclass(frozen=True)
@@ -42,11 +41,6 @@ class ExecutorContext:
     settings: ActionSettings
     clock: Clock
     command_bus: CommandBus | None = None  # the agents' bus; None where nothing may be sent (dry run)
-
-
-def available() -> dict[str, str]:
-    """Registered executor names -> 'module:Class' (not imported)."""
-    return {ep.name: ep.value for ep in entry_points(group=GROUP)}
 
 
 def load(name: str) -> Any:
@@ -63,28 +57,6 @@ def load(name: str) -> Any:
                                       "(needs `handles` and `from_context`)")
             return cls
     raise UnknownExecutor(f"unknown executor {name!r} (known: {', '.join(sorted(available())) or 'none'})")
-
-
-def expand_legacy(name: str) -> list[str]:
-    """`--executor NAME` as it always meant: NAME for what it handles, the node agents for the rest.
-
-    >>> expand_legacy("kubernetes"), expand_legacy("local")
-    (['kubernetes', 'local'], ['local'])
-    """
-    return [name] if name == LOCAL else [name, LOCAL]
-
-
-def check_names(names: Sequence[str]) -> list[str]:
-    """The names, each registered and listed once; else `UnknownExecutor` naming the first bad one."""
-    known = available()
-    for name in names:
-        if name not in known:
-            raise UnknownExecutor(f"unknown executor {name!r} (known: {', '.join(sorted(known)) or 'none'})")
-    if len(set(names)) != len(names):
-        raise UnknownExecutor(f"an executor is listed twice in {', '.join(names)}")
-    if not names:
-        raise UnknownExecutor("no executor enabled")
-    return list(names)
 
 
 def build(names: Sequence[str], ctx: ExecutorContext) -> Routes:

@@ -21,7 +21,7 @@ from lab.backtest.report import build_report, cell, markdown, write_report
 from lab.backtest.runner import run_backtest
 from lab.backtest.scoring import DEFAULT_GRACE_S, KindTally, Score, score
 from lab.telemetry_sim import load_scenario, run_scenario
-from schemas.records import ANOMALY_KINDS
+from schemas.kinds import ANOMALY_KINDS
 from streams.recording import write_recording
 
 # The targets, for the pass/fail column of the summary.

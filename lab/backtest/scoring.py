@@ -31,9 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from schemas.records import ANOMALY_KINDS
+from schemas.kinds import ANOMALY_KINDS, EVICTING_KINDS
 
-EVICTING_KINDS = frozenset({"hw_fault", "network", "hang", "slowdown", "sdc"})
 DEFAULT_GRACE_S = 120.0
 DEFAULT_SKEW_S = 2.0
 

@@ -15,7 +15,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-FaultKind = Literal["hw_fault", "network", "hang", "slowdown", "nan", "loss_spike", "sdc", "user_error"]
+from schemas.kinds import IncidentKind
+
+FaultKind = IncidentKind  # a Literal, so a bad kind is one line naming the key (schemas.kinds has the table)
 
 # The variants each kind can take; the first is the default.
 VARIANTS: dict[str, tuple[str, ...]] = {

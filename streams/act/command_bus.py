@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from detectors.common import Bounded
+from schemas.bounded import Bounded
 from schemas.codec import Codec, DecodeError
 from schemas.kafka_config import BrokerSettings
 from schemas.records import ActionCommand, ActionResult

@@ -46,7 +46,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from schemas.codec import Codec, DecodeError
-from schemas.records import ANOMALY_KINDS
+from schemas.kinds import ANOMALY_KINDS
 from schemas.topics import Topics
 from streams.worker.processor import OutMessage, ProcessorStats, RawMessage
 
@@ -401,7 +401,7 @@ def detector_state_sizes(detectors: Iterable[object]) -> Callable[[], dict[str, 
 
 def detector_evictions(detectors: Iterable[object]) -> Callable[[], dict[str, int]]:
     """A callable reporting the evictions of each detector's bounded maps, by instance name."""
-    from detectors.common import bounded_evictions
+    from schemas.bounded import bounded_evictions
 
     dets = list(detectors)
 

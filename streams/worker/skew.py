@@ -32,7 +32,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Literal
 
-from detectors.base import anomaly_id
+from schemas.ids import anomaly_id
 from schemas.records import Anomaly
 
 SkewState = Literal["skewed", "changed", "recovered"]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.partitioner.default import murmur2
 
 from detectors.pipeline import DetectionPipeline
+from schemas import node_jobs
 from schemas.signing import Signer
 from schemas.topics import Topics
 from streams import kafka_io
@@ -129,7 +130,7 @@ class NodeJobTable:
         self.jobs: dict[str, str] = {}
 
     def job_of(self, node: str) -> str:
-        return self.jobs.get(node, "")
+        return node_jobs.job_of(self.jobs, node)
 
     async def follow(self, broker: BrokerSettings, topics: Topics, stopping: asyncio.Event) -> None:
         """Read every partition of `node-jobs` from the start, then keep following it."""

@@ -196,3 +196,94 @@ def test_modules_names_what_from_imports_bring_in(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text("import a.b\nfrom c.d import e\nfrom . import f\n")
     assert _modules(probe) == {"a.b", "c.d", "c.d.e"}
+
+
+# ------------------------------------------------------------------ import cycles
+# Every import statement counts, `if TYPE_CHECKING:` blocks and imports inside functions included: a cycle
+# hidden behind either is still two modules that cannot be understood (or moved) one without the other.
+RUNTIME = ["schemas", "detectors", "actions", "streams", "collectors"]
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(root: Path, packages: list[str]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (`from a.b import c` names module a.b.c if there is one, else a.b)."""
+    files = {_module_name(p, root): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                targets += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        graph[name] = {t for t in map(resolve, targets) if t and t != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round a loop (Tarjan's components of size > 1)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while (w := stack.pop()) != v:
+                group.append(w)
+            if group:
+                out.append(sorted([v, *group]))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_in_the_runtime_packages() -> None:
+    graph = _import_graph(ROOT, RUNTIME)
+    assert len(graph) > 100 and graph["actions.engine"]  # the walk saw the packages and their imports
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_sees_cycles_behind_type_checking_and_functions(tmp_path: Path) -> None:
+    pkg = tmp_path / "p"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from p.b import x\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.a import y\n")
+    (pkg / "c.py").write_text("def f() -> None:\n    from . import d\n")
+    (pkg / "d.py").write_text("import p.c\n")
+    (pkg / "e.py").write_text("from p import a\n")  # imports into a cycle, is not part of one
+    assert _cycles(_import_graph(tmp_path, ["p"])) == [["p.a", "p.b"], ["p.c", "p.d"]]
+
+
+def test_act_takes_its_building_blocks_from_schemas_not_the_detectors() -> None:
+    # Bounded, bounded_evictions and anomaly_id live in schemas (schemas.bounded, schemas.ids).
+    for path in _files("actions"):
+        bad = sorted(m for m in _modules(path) if _within(m, "detectors.common") or _within(m, "detectors.base"))
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad} (use schemas.bounded / schemas.ids)"

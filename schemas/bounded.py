@@ -1,0 +1,80 @@
+"""A dict that forgets its oldest keys beyond a cap, and the count of what every such dict forgot.
+
+Detectors keep per-job, per-node and per-GPU state and act keeps per-job
+memories (topologies, retries, checkpoints); on an endless stream of new
+jobs or nodes each must stay bounded. It lives in `schemas`, the package
+every layer imports, so act needs nothing from the detectors for it.
+Pure and picklable.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Bounded(OrderedDict[K, V], Generic[K, V]):
+    """A dict keeping at most `cap` keys; inserting a new key past it drops the oldest.
+
+    Every drop is counted in `evicted`, so a bound that bites shows up in the
+    metrics (`bounded_evictions`) instead of silently degrading a detector.
+
+    >>> b = Bounded(2)
+    >>> b["a"], b["b"], b["c"] = 1, 2, 3
+    >>> list(b), b.evicted
+    (['b', 'c'], 1)
+    """
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap = cap
+        self.evicted = 0
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.cap,), {"evicted": self.evicted}, None, iter(self.items()))
+
+    def __setitem__(self, key: K, value: V) -> None:
+        new = key not in self
+        super().__setitem__(key, value)
+        if new and len(self) > self.cap:
+            self.popitem(last=False)
+            self.evicted += 1
+
+
+def bounded_evictions(obj: object, _depth: int = 3) -> int:
+    """Evictions of every `Bounded` map reachable from `obj`'s attributes (a few levels deep).
+
+    One function for the metrics (called per scrape, O(keys)) instead of a counter
+    threaded through each detector.
+
+    >>> class D:
+    ...     def __init__(self) -> None:
+    ...         self.jobs = Bounded(1)
+    >>> d = D(); d.jobs["a"] = 1; d.jobs["b"] = 2
+    >>> bounded_evictions(d)
+    1
+    """
+    if _depth < 0:
+        return 0
+    total = obj.evicted if isinstance(obj, Bounded) else 0
+    for child in _children(obj):
+        if isinstance(child, dict) or hasattr(child, "__dict__") or hasattr(child, "__slots__"):
+            total += bounded_evictions(child, _depth - 1)
+    return total
+
+
+def _children(obj: object) -> list[Any]:
+    """Attribute values of an object (plain or slotted), or a dict's values."""
+    if isinstance(obj, dict):
+        return list(obj.values())
+    if isinstance(obj, (str, bytes, int, float, tuple, list, set, frozenset)):
+        return []
+    out = list(getattr(obj, "__dict__", {}).values())
+    for cls in type(obj).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if hasattr(obj, name):
+                out.append(getattr(obj, name))
+    return out
