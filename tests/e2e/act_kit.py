@@ -25,12 +25,14 @@ SCRIPT = Path(__file__).parent / "agent_train_script.py"
 JOB = "act-e2e"
 
 
-class Tap:
-    """Reads every topic of the test from the beginning; keeps what it saw."""
+TAPPED = ("training", "checkpoints", "actions", "action-results", "audit", "decisions")
 
-    def __init__(self, servers: str, topics: Topics, keys: Any = None) -> None:
+
+class Tap:
+    """Publishes the test's records; reads the topics `names` from the beginning and keeps what it saw."""
+
+    def __init__(self, servers: str, topics: Topics, keys: Any = None, *, names: tuple[str, ...] = TAPPED) -> None:
         self.topics, self.codec, self.keys = topics, Codec(), keys  # keys: incidents go out worker-signed
-        names = ("training", "checkpoints", "actions", "action-results", "audit", "decisions")
         self.consumer = KafkaConsumer(*(topics.name(n) for n in names), bootstrap_servers=servers,
                                       auto_offset_reset="earliest", group_id=None, metadata_max_age_ms=1000)
         self.producer = KafkaProducer(bootstrap_servers=servers, acks="all")

@@ -21,13 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from schemas.codec import Codec
 from schemas.records import (
     ActionCommand,
     Anomaly,
@@ -38,48 +36,14 @@ from schemas.records import (
     Record,
     TrainingStep,
 )
-from schemas.topics import Topics, key_for
+from schemas.topics import Topics
+from tests.e2e.act_kit import Tap
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 JOB = "llm"
 NODES = [f"n{i}" for i in range(8)]
 OPERATOR, VIEWER = "op-" + uuid.uuid4().hex, "view-" + uuid.uuid4().hex
 ARTIFACTS = Path(os.environ.get("TRAINGUARD_TEST_ARTIFACTS", "out/test-artifacts")) / "console"
-
-
-class Tap:
-    """Publishes test records; reads what act and the console publish (actions, audit) from the start."""
-
-    def __init__(self, servers: str, topics: Topics, keys: Any = None) -> None:
-        self.topics, self.codec, self.keys = topics, Codec(), keys  # keys: incidents go out worker-signed
-        self.consumer = KafkaConsumer(topics.name("actions"), topics.name("audit"), bootstrap_servers=servers,
-                                      auto_offset_reset="earliest", group_id=None, metadata_max_age_ms=1000)
-        self.producer = KafkaProducer(bootstrap_servers=servers, acks="all")
-        self.seen: list[Record] = []
-
-    def publish(self, record: Record) -> None:
-        value = self.codec.encode(record)
-        headers = self.keys.signed(value, record) if self.keys is not None else None
-        self.producer.send(self.topics.for_record(record), key=key_for(record), value=value, headers=headers)
-        self.producer.flush()
-
-    def drain(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            for batch in self.consumer.poll(timeout_ms=300).values():
-                self.seen.extend(self.codec.decode(m.value) for m in batch)
-
-    def wait(self, pred: Callable[[Record], bool], timeout_s: float) -> Record:
-        deadline = time.monotonic() + timeout_s
-        while not [r for r in self.seen if pred(r)]:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"nothing matched within {timeout_s}s ({len(self.seen)} records seen)")
-            self.drain(0.3)
-        return [r for r in self.seen if pred(r)][0]
-
-    def close(self) -> None:
-        self.consumer.close()
-        self.producer.close()
 
 
 def output_of(proc: subprocess.Popen[str], log: Path) -> str:
@@ -184,7 +148,7 @@ def stack(kafka: str, tmp_path_factory: pytest.TempPathFactory, keys: Any) -> It
     act, act_log = start(["act", "--executor", "local", "--timeout", "600"], env, tmp)
     ui, ui_log = start(["ui", "--port", "0", "--credentials", str(tmp / "users.yaml"), "--timeout", "600"], env, tmp)
     url = console_url(ui, ui_log)
-    tap = Tap(kafka, Topics(prefix), keys)
+    tap = Tap(kafka, Topics(prefix), keys, names=("actions", "audit"))
     tap.publish(JobTopology(ts=time.time(), job=JOB, world_size=8, dp=8, rank_nodes=dict(enumerate(NODES))))
     t0 = time.time() - 60
     for step in range(1, 41):
