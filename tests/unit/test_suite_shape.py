@@ -44,3 +44,9 @@ def test_the_check_sees_an_import_of_a_test_module(tmp_path: Path) -> None:
     probe = tmp_path / "test_probe.py"
     probe.write_text("from tests.e2e.test_actions_local import Tap\nimport test_rails\nfrom aiohttp.test_utils import TestClient\n")
     assert [m for m in _imported_modules(probe) if _is_test_module(m)] == ["tests.e2e.test_actions_local", "test_rails"]
+
+
+def test_every_test_module_has_a_name_of_its_own() -> None:
+    """pytest imports test modules by basename (no packages here): two of one name stop the whole run."""
+    names = sorted(path.name for path in TESTS.rglob("test_*.py"))
+    assert sorted({n for n in names if names.count(n) > 1}) == []
