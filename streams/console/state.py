@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from actions.ettr import EttrAccount, EttrReport
+from schemas.node_jobs import learn
 from schemas.records import (
     ActionCommand,
     ActionResult,
@@ -199,7 +200,7 @@ class ConsoleState:
         if not node:
             return
         if job:
-            self.node_job[node] = job
+            learn(self.node_job, node, job)
         self.node_seen[node] = max(ts, self.node_seen.get(node, ts))
 
     def decision_for(self, incident_id: str) -> Decision | None:

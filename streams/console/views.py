@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from actions.rollout import ROLLOUT_KINDS
+from schemas.node_jobs import job_of
 from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit
 from streams.console.state import ConsoleState, audit_row, to_json
 
@@ -45,7 +46,7 @@ def fleet(state: ConsoleState, *, suspect_s: float = 900.0) -> dict[str, Any]:
             kind = "suspect"
         else:
             kind = "healthy"
-        job = "" if kind == "standby" else state.node_job.get(name, "")  # a spare's agent idles under a job name
+        job = "" if kind == "standby" else job_of(state.node_job, name)  # a spare's agent idles under a job name
         if name in swaps:
             job = state.node_job.get(swaps[name], job)
         nodes.append({"node": name, "state": kind, "job": job, "last_seen": state.node_seen.get(name),

@@ -201,7 +201,7 @@ def test_modules_names_what_from_imports_bring_in(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ import cycles
 # Every import statement counts, `if TYPE_CHECKING:` blocks and imports inside functions included: a cycle
 # hidden behind either is still two modules that cannot be understood (or moved) one without the other.
-RUNTIME = ["schemas", "detectors", "actions", "streams", "collectors"]
+RUNTIME = ["schemas", "detectors", "actions", "streams", "collectors", "trainguard", "lab", "benchmarks"]
 
 
 def _module_name(path: Path, root: Path) -> str:

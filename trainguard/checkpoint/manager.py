@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import trainguard.checkpoint.pinned as pinned
 from schemas.records import CheckpointEvent
-from trainguard.checkpoint import pinned
 from trainguard.checkpoint.config import CheckpointConfig
 from trainguard.checkpoint.layout import Layout, checksum, copy_in, flatten, local_tensor, plan_layout
 from trainguard.checkpoint.peer import BackupServer, PeerChoice, choose_peer, send_backup

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainguard.checkpoint import pinned
+import trainguard.checkpoint.pinned as pinned
 from trainguard.checkpoint.layout import Layout, checksum
 
 

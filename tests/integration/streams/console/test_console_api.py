@@ -129,7 +129,10 @@ def test_malformed_or_deeply_nested_bodies_get_400_without_a_traceback(kafka: st
 
     with caplog.at_level("DEBUG"):
         with_console(kafka, topic_prefix, body)
-    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    # Only the console's own loggers and aiohttp's: an unretrieved future of a producer that an
+    # earlier test in the same process leaked can be logged by asyncio in the middle of this one.
+    ours = [r for r in caplog.records if r.name.startswith(("aiohttp", "streams.console"))]
+    assert not [r for r in ours if r.exc_info or "Traceback" in r.getMessage()]
     commands = [r for r in read(kafka, topic_prefix + "operator", 1) if isinstance(r, OperatorCommand)]
     assert len(commands) == 1  # none of the bad bodies sent anything
 
