@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lab.localkafka.broker import LocalBroker
+from schemas.plan import PlannedAction
+from schemas.records import Decision, Incident, TrainingStep
 from schemas.signing import generate
 from trainguard.settings import Settings, load_settings
 
@@ -103,7 +105,6 @@ class TestKeys:
     def signed(self, value: bytes, record: object) -> list[tuple[str, bytes]] | None:
         """Headers for a record a test publishes: an incident signed with the worker's key (act acts only on
         those by default), anything else unsigned. A test that hand-writes incidents plays the worker."""
-        from schemas.records import Incident
         from schemas.signing import load_signer
 
         return load_signer(self.root / "worker.key").headers(value) if isinstance(record, Incident) else None
@@ -134,5 +135,48 @@ def settings_factory(kafka: str, topic_prefix: str, tmp_path: os.PathLike[str], 
         }
         base.update(overrides)
         return load_settings(None, **base)
+
+    return make
+
+
+# ------------------------------------------------------------------ record factories
+# One builder per record the unit tests write by the hundred, each with the suite's defaults (job "j",
+# node "n", one rank): a test names only the fields its case is about. Keywords override any field.
+
+
+@pytest.fixture
+def step_factory() -> Callable[..., TrainingStep]:
+    """A `TrainingStep`: `step_factory(step=3)` is step 3 of rank 0 of job "j" on node "n", ending at t=3 after 1 s."""
+
+    def make(step: int = 1, **fields: Any) -> TrainingStep:
+        defaults: dict[str, Any] = {"ts": float(step), "job": "j", "rank": 0, "node": "n", "loss": 1.0,
+                                    "step_time_s": 1.0}
+        return TrainingStep(step=step, **{**defaults, **fields})
+
+    return make
+
+
+@pytest.fixture
+def incident_factory() -> Callable[..., Incident]:
+    """An `Incident` of job "j" detected at `ts` (100 s), its onset 5 s before, from anomaly "a1"."""
+
+    def make(kind: str = "hang", **fields: Any) -> Incident:
+        ts = float(fields.pop("ts", 100.0))
+        defaults: dict[str, Any] = {"id": "i1", "job": "j", "onset": ts - 5, "detected_at": ts,
+                                    "anomaly_ids": ["a1"]}
+        return Incident(ts=ts, kind=kind, **{**defaults, **fields})  # type: ignore[arg-type]
+
+    return make
+
+
+@pytest.fixture
+def decision_factory() -> Callable[..., Decision]:
+    """A `Decision` of incident "i1" of job "j": evict node "n1" for a hardware fault, planned by rule "r"."""
+
+    def make(**fields: Any) -> Decision:
+        defaults: dict[str, Any] = {"ts": 1.0, "id": "d1", "incident_id": "i1", "job": "j", "kind": "hw_fault",
+                                    "rule": "r", "reason": "why",
+                                    "plan": [PlannedAction(action="evict_node", nodes=["n1"])]}
+        return Decision(**{**defaults, **fields})
 
     return make

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from actions.checkpoints import CheckpointRegistry
@@ -9,20 +11,18 @@ from actions.ettr import EttrAccount
 from actions.replay import locate, plan_regroupings
 from schemas.records import ActionResult, CheckpointEvent, Incident, TrainingStep
 
-
-def step(s: int, ts: float, *, rank: int = 0, dur: float = 1.0) -> TrainingStep:
-    return TrainingStep(ts=ts, job="j", rank=rank, node="n", step=s, loss=1.0, step_time_s=dur)
+StepFactory = Callable[..., TrainingStep]
 
 
-def test_ettr_splits_detection_localisation_failover_and_recompute() -> None:
+def test_ettr_splits_detection_localisation_failover_and_recompute(step_factory: StepFactory) -> None:
     acc = EttrAccount()
     for s in range(1, 11):  # steps 1..10 end at t=1..10
-        acc.observe(step(s, float(s)))
+        acc.observe(step_factory(s))
     acc.observe(Incident(ts=12.0, id="i", kind="hang", job="j", onset=10.0, detected_at=12.0))
     acc.observe(ActionResult(ts=15.0, command_id="c", action="self_check", status="failed", job="j"))
     for s in range(6, 13):  # restored from step 5 at t=20: steps 6..10 redone, then 11, 12
-        acc.observe(step(s, 14.0 + s))
-    acc.observe(step(6, 20.0, rank=1))  # other ranks do not double count
+        acc.observe(step_factory(s, ts=14.0 + s))
+    acc.observe(step_factory(6, ts=20.0, rank=1))  # other ranks do not double count
     report = acc.report("j")
     assert report.wall_s == pytest.approx(26.0)
     assert report.unproductive_s["detection"] == pytest.approx(2.0)
@@ -34,10 +34,10 @@ def test_ettr_splits_detection_localisation_failover_and_recompute() -> None:
     assert report.as_dict()["incidents"] == 1
 
 
-def test_ettr_of_a_clean_job_is_one() -> None:
+def test_ettr_of_a_clean_job_is_one(step_factory: StepFactory) -> None:
     acc = EttrAccount()
     for s in range(1, 5):
-        acc.observe(step(s, float(s)))
+        acc.observe(step_factory(s))
     assert acc.report("j").ettr == pytest.approx(1.0)
     assert acc.report("unknown").ettr == 1.0
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from actions.operator import apply_operator_command, passing_selfcheck, record_selfcheck
-from schemas.records import Decision, OperatorCommand, PlannedAction
+from schemas.records import Decision, OperatorCommand
 
 RAILS = {"breaker": {"tripped": True, "reason": "3/8 nodes of job llm", "evictions": [[1.0, "llm", "n1"]]},
          "pool": {"spares": ["s1"], "swaps": {"s0": "n3"}}, "evicted": {"llm": ["n3", "n4"]}}
@@ -13,20 +15,18 @@ def cmd(verb: str, subject: str = "", ts: float = 100.0, **kw: object) -> Operat
     return OperatorCommand(ts=ts, id=f"op-{verb}", verb=verb, operator="alice", subject_id=subject, **kw)  # type: ignore[arg-type]
 
 
-def decision(status: str = "awaiting_approval") -> Decision:
-    return Decision(ts=1.0, id="d1", incident_id="i1", job="llm", kind="hw_fault", rule="r", reason="why",
-                    plan=[PlannedAction(action="evict_node", nodes=["n1"])], status=status)  # type: ignore[arg-type]
+DecisionFactory = Callable[..., Decision]
 
 
-def test_approve_moves_an_awaiting_decision_to_planned_and_audits_the_operator() -> None:
-    out = apply_operator_command(cmd("approve", "d1"), rails=RAILS, decision=decision(), now=101.0)
+def test_approve_moves_an_awaiting_decision_to_planned_and_audits_the_operator(decision_factory: DecisionFactory) -> None:
+    out = apply_operator_command(cmd("approve", "d1"), rails=RAILS, decision=decision_factory(job="llm", status="awaiting_approval"), now=101.0)
     assert out.applied and out.decision is not None and out.decision.status == "planned"
     assert out.audit.actor == "alice" and out.audit.event == "operator_approve"
     assert out.audit.detail["command"] == "op-approve" and out.audit.detail["job"] == "llm"
 
 
-def test_reject_blocks_and_a_second_click_changes_nothing() -> None:
-    out = apply_operator_command(cmd("reject", "d1", reason="flaky switch"), rails=RAILS, decision=decision(),
+def test_reject_blocks_and_a_second_click_changes_nothing(decision_factory: DecisionFactory) -> None:
+    out = apply_operator_command(cmd("reject", "d1", reason="flaky switch"), rails=RAILS, decision=decision_factory(job="llm", status="awaiting_approval"),
                                  now=101.0)
     assert out.applied and out.decision is not None and out.decision.status == "blocked"
     assert "flaky switch" in out.message
