@@ -140,8 +140,12 @@ class BatchLoop:
             names = [self.topics.name(t) for t in (*INPUT_TOPICS, "node-events")]
             consumer.subscribe(names, listener=_Listener(self, producer))
             await self._loop(consumer, producer)
-        except Exception:
+        except ProducerFatal:
+            failed = True
+            raise
+        except Exception as exc:
             failed = True  # fenced, or a commit failed: the restart resumes from the last commit
+            _check_alive(producer, self.exactly_once, cause=exc)
             raise
         finally:
             self._stopping.set()
@@ -330,11 +334,18 @@ class BatchLoop:
         self._next_census = now + max(self.lag_interval_s, (time.process_time() - started) / CENSUS_BUDGET)
 
 
-def _check_alive(producer: AIOKafkaProducer, exactly_once: bool) -> None:
-    """Raise ProducerFatal when the transactional producer is fenced or failed for good."""
+def _check_alive(producer: AIOKafkaProducer, exactly_once: bool, cause: BaseException | None = None) -> None:
+    """Raise ProducerFatal when the transactional producer is fenced or failed for good.
+
+    A fence can surface as any error of the await that meets it: aiokafka's
+    sender may die on the fenced produce response and wrap it as "Unexpected
+    error during batch delivery", marking the transaction fatal. With `cause`
+    (the error the loop stopped on) the crash then names the fatal producer,
+    which is what a supervisor and an operator need to read, chained to it.
+    """
     if exactly_once and producer._txn_manager.is_fatal_error():  # noqa: SLF001 - aiokafka has no public getter
         raise ProducerFatal("the transactional producer is fenced or failed; stopping: the restart resumes "
-                            "from the last commit")
+                            "from the last commit") from cause
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

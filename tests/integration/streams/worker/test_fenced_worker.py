@@ -11,7 +11,9 @@ may first be met in the rebalance listener (the successor's join revokes
 partitions): then the loop stops at its next turn (ProducerFatal) instead of
 going on as a zombie that holds a task it can never commit. Which of the two
 paths a run takes is a race (the loop's in two runs of three here); the
-listener path is pinned by tests/unit/streams/worker/test_fenced_producer.py. Every output is counted by
+listener path is pinned by tests/unit/streams/worker/test_fenced_producer.py. A third path: aiokafka's
+sender dies on the fenced produce response and the await that meets it raises a bare KafkaError;
+the worker names it ProducerFatal (chained), pinned there too. Every output is counted by
 its identity: each poison message is dead-lettered exactly once (by source
 partition and offset), and the hang that follows is raised once.
 """

@@ -17,7 +17,7 @@ import asyncio
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import ProducerFenced
+from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from detectors.nan import NanDetector
@@ -25,7 +25,7 @@ from detectors.pipeline import DetectionPipeline
 from schemas.codec import encode
 from schemas.records import TrainingStep
 from schemas.topics import Topics
-from streams.worker.batch_loop import BatchLoop, ProducerFatal, _Listener
+from streams.worker.batch_loop import BatchLoop, ProducerFatal, _check_alive, _Listener
 from streams.worker.tasks import NodeJobTable, TaskFactory
 from streams.worker.watermark import EventClock
 from trainguard.settings import BrokerSettings
@@ -86,6 +86,23 @@ def test_a_fenced_producer_is_never_asked_to_begin_a_transaction() -> None:
         with pytest.raises(ProducerFatal, match="fenced or failed"):  # not aiokafka's invalid state transition
             await loop._flush(None, producer)
         await loop._abandon(producer)  # nothing open to abort: no error either
+        await producer.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_fence_that_surfaces_as_a_dead_sender_is_named_as_the_fatal_producer() -> None:
+    """aiokafka's sender can die on the fenced produce response: the await that meets it raises
+    KafkaError("Unexpected error during batch delivery"), the transaction is marked fatal, and the
+    worker's crash must still name the fatal producer, chained to what was raised (CI met this)."""
+    async def scenario() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers="unused:9092", transactional_id="g/w")
+        _fenced(producer)
+        raised = KafkaError("Unexpected error during batch delivery")
+        with pytest.raises(ProducerFatal, match="fenced or failed") as stopped:
+            _check_alive(producer, True, cause=raised)
+        assert stopped.value.__cause__ is raised
+        _check_alive(AIOKafkaProducer(bootstrap_servers="unused:9092"), False, cause=raised)  # at-least-once: as is
         await producer.stop()
 
     asyncio.run(scenario())
