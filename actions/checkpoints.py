@@ -12,7 +12,10 @@ import bisect
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
+
 from actions.restore import RestorePlan, TierIndex
+from schemas.action_params import RestoreTier
 from schemas.bounded import Bounded
 from schemas.records import CheckpointEvent
 
@@ -26,14 +29,13 @@ class Checkpoint:
     path: str
     ts: float
     code_version: str = ""
-    tiers: dict[str, Any] | None = None  # per-rank tier choice when the checkpoint manager's copies won
+    tiers: dict[str, RestoreTier] | None = None  # per-rank tier choice when the checkpoint manager's copies won
 
 
 def _from_plan(plan: RestorePlan | None) -> Checkpoint | None:
     if plan is None:
         return None
-    params = plan.as_params()
-    return Checkpoint(plan.job, plan.step, params["path"], plan.ts, tiers=params["restore_tiers"])
+    return Checkpoint(plan.job, plan.step, plan.path, plan.ts, tiers=plan.restore_tiers())
 
 
 def _newer(legacy: Checkpoint | None, tiered: Checkpoint | None) -> Checkpoint | None:
@@ -121,7 +123,8 @@ class CheckpointRegistry:
         """Inverse of `snapshot` (a restarted consumer knows every checkpoint the old one knew)."""
         entry = self._jobs[job] = _JobCheckpoints()
         for row in state.get("checkpoints", []):
-            ckpt = Checkpoint(**row)
+            tiers = row.get("tiers")
+            ckpt = Checkpoint(**{**row, "tiers": msgspec.convert(tiers, dict[str, RestoreTier]) if tiers else None})
             entry.by_step[ckpt.step] = ckpt
         entry.steps = sorted(entry.by_step)
         self.tiers.restore(job, state.get("tiers", {}))

@@ -22,6 +22,7 @@ import msgspec
 from actions.checkpoints import Checkpoint, CheckpointRegistry
 from actions.replay import plan_regroupings
 from actions.topology import Topology
+from schemas.action_params import NoParams, Removal, Replay, Restart, SelfCheck
 from schemas.bounded import Bounded
 from schemas.ids import anomaly_id
 from schemas.kinds import SICK_NODE_KINDS
@@ -115,7 +116,7 @@ class DecisionEngine:
         nodes = list(dict.fromkeys(inc.nodes))
         return self._decision(
             inc, rule=f"{inc.kind}.cordon_idle_node",
-            plan=[PlannedAction(action="cordon_node", nodes=nodes, params={"reason": inc.kind})],
+            plan=[PlannedAction(action="cordon_node", nodes=nodes, params=Removal(reason=inc.kind))],
             reason=f"{inc.kind} on {', '.join(nodes)}, which runs no known job: cordon for repair",
             alternatives=["ignore: rejected, the next job scheduled there would fail"])
 
@@ -135,7 +136,7 @@ class DecisionEngine:
                 inc, rule="network.confirmed_evict", plan=self._evict_and_restart(inc, nodes),
                 reason=f"network fault on {', '.join(nodes)} confirmed {confirmations} time(s): evict and restart",
                 inputs={"confirmations": confirmations}, alternatives=alternatives)
-        plan = [PlannedAction(action="self_check", nodes=nodes, params={"checks": ["all_gather"]}),
+        plan = [PlannedAction(action="self_check", nodes=nodes, params=SelfCheck(checks=["all_gather"])),
                 *self._evict_and_restart(inc, nodes, when=StepCondition(step=0))]
         return self._decision(
             inc, rule="network.confirm_then_evict", plan=plan,
@@ -168,7 +169,7 @@ class DecisionEngine:
                                   f"{kind} with no suspects and no known topology; an operator must look")
         machines = topo.nodes
         step = len(first)
-        plan = first + [PlannedAction(action="self_check", nodes=machines, params={"checks": SELF_CHECKS})]
+        plan = first + [PlannedAction(action="self_check", nodes=machines, params=SelfCheck(checks=SELF_CHECKS))]
         plan += self._evict_and_restart(inc, [], targets_from=CulpritsOf(step=step))
         return self._decision(
             inc, rule=f"{kind}.stop_time_diagnosis", plan=plan,
@@ -188,7 +189,7 @@ class DecisionEngine:
         if ckpt is None:
             return self._decision(
                 inc, rule=f"{inc.kind}.restore_checkpoint",
-                plan=[PlannedAction(action="restart_from_checkpoint", params={"step": None, "path": None})],
+                plan=[PlannedAction(action="restart_from_checkpoint", params=Restart())],
                 reason=f"{inc.kind} at step {inc.step}: no checkpoint before it is known; restart from scratch",
                 alternatives=alternatives)
         return self._decision(
@@ -215,9 +216,10 @@ class DecisionEngine:
         voted = list(inc.nodes) if inc.nodes and not inc.evidence.get("ambiguous", True) else []
         located = ReplayCulprit(phases=(1, 2), fallback_nodes=tuple(voted))
         # Stop first: every step trained on corrupt weights is wasted, and the replay takes minutes.
-        plan = [PlannedAction(action="stop", nodes=machines, params={"reason": f"{inc.kind}: stop before diagnosis"}),
-                PlannedAction(action="replay_regroup", nodes=machines, params={"phase": 1, "groups": replay.phase1}),
-                PlannedAction(action="replay_regroup", nodes=machines, params={"phase": 2, "groups": replay.phase2}),
+        stop = NoParams(reason=f"{inc.kind}: stop before diagnosis")
+        plan = [PlannedAction(action="stop", nodes=machines, params=stop),
+                PlannedAction(action="replay_regroup", nodes=machines, params=Replay(phase=1, groups=replay.phase1)),
+                PlannedAction(action="replay_regroup", nodes=machines, params=Replay(phase=2, groups=replay.phase2)),
                 PlannedAction(action="evict_node", targets_from=located),
                 PlannedAction(action="swap_standby", targets_from=located),
                 restart]
@@ -240,7 +242,7 @@ class DecisionEngine:
             return self._escalate(inc, "user_error.no_good_version",
                                   "user/code error and no earlier code version known")
         latest = self.checkpoints.latest_before(inc.job, step=inc.step, ts=inc.onset)
-        params: dict[str, Any] = {"code_version": good, **_ckpt_params(latest, before=inc.step)}
+        params = msgspec.structs.replace(_ckpt_params(latest, before=inc.step), code_version=good)
         return self._decision(
             inc, rule="user_error.rollback_code", plan=[PlannedAction(action="rollback_code", params=params)],
             reason=f"code error under version {bad or '?'}: hot-update back to {good} and resume; no node is at fault",
@@ -292,7 +294,7 @@ class DecisionEngine:
         ckpt = ckpt or self.checkpoints.latest(inc.job, lost_nodes=set(nodes))
         # The restart does not take its targets from the diagnosis: a stopped or hung job must train
         # again even when the self-check named no machine (then nothing is evicted and all nodes restart).
-        return [PlannedAction(action="evict_node", nodes=nodes, params={"reason": inc.kind}, when=when,
+        return [PlannedAction(action="evict_node", nodes=nodes, params=Removal(reason=inc.kind), when=when,
                               targets_from=targets_from),
                 PlannedAction(action="swap_standby", nodes=nodes, when=when, targets_from=targets_from),
                 PlannedAction(action="restart_from_checkpoint", params=_ckpt_params(ckpt), when=when)]
@@ -321,10 +323,8 @@ class DecisionEngine:
         )
 
 
-def _ckpt_params(ckpt: Checkpoint | None, *, before: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"step": ckpt.step if ckpt else None, "path": ckpt.path if ckpt else None}
-    if ckpt is not None and ckpt.tiers:
-        out["restore_tiers"] = ckpt.tiers  # which tier each rank restores from (actions/restore.py)
-    if before is not None:
-        out["before_step"] = before
-    return out
+def _ckpt_params(ckpt: Checkpoint | None, *, before: int | None = None) -> Restart:
+    """A restart from `ckpt` (from scratch when None); `restore_tiers`: which tier each rank restores from."""
+    if ckpt is None:
+        return Restart(before_step=before)
+    return Restart(step=ckpt.step, path=ckpt.path, restore_tiers=ckpt.tiers or {}, before_step=before)

@@ -26,6 +26,7 @@ import bisect
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from schemas.action_params import RestoreTier
 from schemas.bounded import Bounded
 from schemas.records import CheckpointEvent
 
@@ -56,11 +57,15 @@ class RestorePlan:
     ts: float
     ranks: dict[int, Copy]
 
-    def as_params(self) -> dict[str, Any]:
-        """What a restart action carries (and the decision records)."""
-        return {"step": self.step, "path": f"trainguard-ckpt://{self.job}/step-{self.step}",
-                "restore_tiers": {str(r): {"tier": c.tier, "location": c.location, "node": c.node}
-                                  for r, c in sorted(self.ranks.items())}}
+    @property
+    def path(self) -> str:
+        """The checkpoint's name in a restart command (each rank's copy is in `restore_tiers`)."""
+        return f"trainguard-ckpt://{self.job}/step-{self.step}"
+
+    def restore_tiers(self) -> dict[str, RestoreTier]:
+        """What a restart action carries (and the decision records): each rank's copy."""
+        return {str(r): RestoreTier(tier=c.tier, location=c.location, node=c.node)
+                for r, c in sorted(self.ranks.items())}
 
 
 @dataclass

@@ -35,6 +35,7 @@ from actions.selfcheck.fanout import FanOut, machine_command_id
 from actions.settings import SelfCheckSettings
 from actions.standby import PoolExhausted, StandbyPool
 from actions.topology import Topology
+from schemas.action_params import ActionParams, Replay, Restart
 from schemas.actions import CLUSTER_ACTIONS, DIAGNOSES, REMOVES_NODE, RESTARTS_JOB, STOP_PLAN_ON_FAILURE
 from schemas.bounded import Bounded
 from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit
@@ -107,6 +108,9 @@ class PlanRunner:
                                                      fleet_size=b.fleet_size, min_job_size=b.min_job_size,
                                                      fleet_max_evictions=b.fleet_max_evictions)
         self._resets_seen = int(journal.get_state("operator").get("breaker_resets", 0))
+        # What the runner carries out itself: exactly the table's runner-scope actions.
+        self._own_steps: dict[str, Callable[[Decision, int, list[str]], ActionResult]] = {
+            "escalate": self._escalate, "swap_standby": self._swap, "none": self._nothing}
         self._load_state()
 
     # ------------------------------------------------------------ decisions
@@ -270,20 +274,12 @@ class PlanRunner:
         nodes = self._nodes_for(decision, step, results)
         if nodes is None:
             return self._result(decision, idx, step.action, "skipped", "the diagnosis named no machine")
-        if step.action == "escalate":
-            self._audit("escalation", decision.id, {"incident": decision.incident_id, "reason": decision.reason})
-            return self._result(decision, idx, "escalate", "ok", "escalated to an operator")
-        if step.action == "swap_standby":
-            return self._swap(decision, idx, nodes)
-        if step.action == "none":
-            return self._result(decision, idx, "none", "ok", "nothing to do")
-        params = dict(step.params)
+        if (own := self._own_steps.get(step.action)) is not None:  # the table's runner-scope actions
+            return own(decision, idx, nodes)
+        params = step.params.on_machines(nodes)
         if step.action in RESTARTS_JOB:
-            params["exclude_nodes"] = sorted(self.evicted.get(decision.job, set()))
-            params["standby"] = dict(self.rails.pool.swaps)
-            params["attempt"] = self._next_attempt(decision.job)
-        if step.action in DIAGNOSES:
-            params["machines"] = nodes
+            params = params.restarting(exclude_nodes=sorted(self.evicted.get(decision.job, set())),
+                                       standby=dict(self.rails.pool.swaps), attempt=self._next_attempt(decision.job))
         targets = self._targets(decision.job, step.action, nodes)
         if not targets:
             # Fail safe: a command that names no node would reach every agent of the job
@@ -291,8 +287,8 @@ class PlanRunner:
             why = f"no target node could be resolved for {step.action} (job {decision.job or '?'} topology unknown)"
             self._audit("escalation", decision.id, {"incident": decision.incident_id, "step": idx, "reason": why})
             return self._result(decision, idx, step.action, "failed", why + "; nothing sent, escalated")
-        if isinstance(params.get("attempt"), int):  # journaled with the intent below
-            self.commanded[decision.job] = (params["attempt"], list(targets))
+        if isinstance(params, Restart) and params.attempt is not None:  # journaled with the intent below
+            self.commanded[decision.job] = (params.attempt, list(targets))
         command_id, now = new_command_id(f"{decision.id}-{idx}"), self.clock()
         if step.action in REMOVES_NODE:
             if blocked := self._reserve(decision, idx, nodes, command_id, now):
@@ -342,8 +338,8 @@ class PlanRunner:
         that never answered stays counted, in cooldown, for the window, and the plan stops
         (evictions stop it on failure) with an escalation naming the silent nodes.
         """
-        if isinstance(command.params.get("attempt"), int):  # the generation this restart started
-            self.attempts[decision.job] = max(self.attempts.get(decision.job, 0), command.params["attempt"])
+        if isinstance(command.params, Restart) and command.params.attempt is not None:  # the generation it started
+            self.attempts[decision.job] = max(self.attempts.get(decision.job, 0), command.params.attempt)
         if step.action in REMOVES_NODE:
             if quiet := _did_nothing(command, result):
                 self.rails.breaker.release(command.id, quiet)
@@ -373,7 +369,7 @@ class PlanRunner:
         sent = self.journal.intent(decision_id, int(idx))
         done = self.journal.step_result(decision_id, int(idx)) if sent is None else None
         if sent is not None:
-            step_id, groups = sent.id, sent.params.get("groups") or []
+            step_id, groups = sent.id, sent.params.groups if isinstance(sent.params, Replay) else []
             nodes = [*sent.nodes, *(str(m) for g in groups for m in g)]
         elif done is not None:
             step_id, nodes = done.command_id, [str(n) for n in done.details.get("addressed") or []]
@@ -403,13 +399,20 @@ class PlanRunner:
         ref = step.targets_from
         if isinstance(ref, ReplayCulprit):
             i, j = ref.phases
-            plan = ReplayPlan(decision.plan[i].params["groups"], decision.plan[j].params["groups"])
+            plan = ReplayPlan(_groups(decision.plan[i]), _groups(decision.plan[j]))
             culprit = locate(plan, _failed_groups(results.get(i)), _failed_groups(results.get(j)))
             return [culprit] if culprit else (list(ref.fallback_nodes) or None)
         if isinstance(ref, CulpritsOf):
             named = results.get(ref.step, _NONE).details.get("culprits") or []
             return [str(n) for n in named] or None
         return list(step.nodes)
+
+    def _escalate(self, decision: Decision, idx: int, nodes: list[str]) -> ActionResult:
+        self._audit("escalation", decision.id, {"incident": decision.incident_id, "reason": decision.reason})
+        return self._result(decision, idx, "escalate", "ok", "escalated to an operator")
+
+    def _nothing(self, decision: Decision, idx: int, nodes: list[str]) -> ActionResult:
+        return self._result(decision, idx, "none", "ok", "nothing to do")
 
     def _swap(self, decision: Decision, idx: int, nodes: list[str]) -> ActionResult:
         swaps: dict[str, str] = {}
@@ -455,7 +458,7 @@ class PlanRunner:
         return len(topo.nodes) if topo else 0
 
     def _command(self, decision: Decision, idx: int, action: str, nodes: list[str], ranks: list[int],
-                 params: dict[str, Any], command_id: str, now: float) -> ActionCommand:
+                 params: ActionParams, command_id: str, now: float) -> ActionCommand:
         command = ActionCommand(ts=now, id=command_id,
                                 action=action,  # type: ignore[arg-type]
                                 job=decision.job, nodes=nodes, ranks=ranks, params=params,
@@ -546,6 +549,11 @@ def _did_nothing(command: ActionCommand, result: ActionResult) -> list[str]:
     if isinstance(per_node, dict) and per_node:
         return [n for n in command.nodes if per_node.get(n) in _NOTHING_DONE]
     return list(command.nodes) if result.status in _NOTHING_DONE else []
+
+
+def _groups(step: PlannedAction) -> list[list[str]]:
+    """A replay phase's groupings (`check_plan` made sure the step is a replay)."""
+    return step.params.groups if isinstance(step.params, Replay) else []
 
 
 def _failed_groups(result: ActionResult | None) -> list[int]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from actions.selfcheck.fanout import machine_commands
 from actions.settings import SelfCheckSettings
+from schemas.action_params import SelfCheck
 from schemas.codec import encode
 from schemas.records import ActionCommand
 from schemas.selfcheck import aggregate
@@ -43,7 +44,7 @@ def _argv(command: ActionCommand) -> list[str]:
 def single_node(machines: list[str]) -> dict[str, Any]:
     """The old shape: one process on one node starts every machine's ranks."""
     cmd = ActionCommand(ts=time.time(), id="bench-single", action="self_check", job="bench", nodes=machines[:1],
-                        params={"machines": machines, "checks": CHECKS, "procs_per_machine": PPN, "timeout_s": 10.0})
+                        params=SelfCheck(machines=machines, checks=CHECKS, procs_per_machine=PPN, timeout_s=10.0))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     out = subprocess.run(_argv(cmd), capture_output=True, text=True, timeout=900)
@@ -59,7 +60,7 @@ def fanned_out(machines: list[str]) -> dict[str, Any]:
     settings = SelfCheckSettings(rendezvous_host="127.0.0.1", rendezvous_port=_free_port(), rendezvous_ports=1,
                                  procs_per_machine=PPN)
     base = ActionCommand(ts=time.time(), id="bench-fanout-" + os.urandom(16).hex(), action="self_check", job="bench",
-                         nodes=machines, params={"machines": machines, "checks": CHECKS, "timeout_s": 10.0})
+                         nodes=machines, params=SelfCheck(machines=machines, checks=CHECKS, timeout_s=10.0))
     commands = machine_commands(base, machines, settings=settings, deadline=time.time() + 600)
     started = time.monotonic()
     procs = [subprocess.Popen(_argv(c), stdout=subprocess.PIPE, text=True) for c in commands]

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from benchmarks.bench_codec import rate
+from schemas.action_params import Restart
 from schemas.codec import Codec
 from schemas.records import ActionCommand
 from schemas.signing import KeyRing, Signer
@@ -27,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ring = KeyRing({"act": signer.private_key.public_key()})
     command = ActionCommand(ts=1_764_000_000.0, expires=1_764_000_120.0, id="inc-1-0-" + "f" * 32,
                             action="restart_from_checkpoint", job="llm-pretrain-7", nodes=["node-0417"],
-                            params={"step": 12000, "path": "/ckpt/step12000", "attempt": 3})
+                            params=Restart(step=12000, path="/ckpt/step12000", attempt=3))
     payload = codec.encode(command)
     headers = signer.headers(payload)
     encode = rate(lambda: codec.encode(command), seconds)

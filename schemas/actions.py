@@ -18,12 +18,17 @@ node agent, so adding an action means adding one row here:
 * `diagnoses`: a stop-time diagnosis; act fans it out, one command to each
   named machine's agent, which runs only that machine's part
   (`actions.selfcheck.fanout`), and ETTR counts its time as localisation.
+* `params`: the struct of `schemas.action_params` its steps and commands
+  carry (`params_problem` checks it; a fanned-out diagnosis carries a
+  `MachineCheck`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from schemas.action_params import DumpStacks, MachineCheck, NoParams, Params, Removal, Replay, Restart, SelfCheck
 
 ActionName = Literal[
     "evict_node",
@@ -54,27 +59,33 @@ class ActionSpec:
     restarts_job: bool = False
     removes_node: bool = False
     diagnoses: bool = False
+    params: type[Params] = NoParams
 
 
 ACTIONS: dict[ActionName, ActionSpec] = {
-    "evict_node": ActionSpec("cluster", stops_plan_on_failure=True, agent_verb="stop", removes_node=True),
-    "cordon_node": ActionSpec("cluster", agent_verb="stop", removes_node=True),
+    "evict_node": ActionSpec("cluster", stops_plan_on_failure=True, agent_verb="stop", removes_node=True,
+                             params=Removal),
+    "cordon_node": ActionSpec("cluster", agent_verb="stop", removes_node=True, params=Removal),
     "uncordon_node": ActionSpec("cluster"),
     "swap_standby": ActionSpec("runner"),
     "restart_from_checkpoint": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="restart_from_checkpoint",
-                                          restarts_job=True),
-    "hot_update": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="hot_update", restarts_job=True),
-    "rollback_code": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="rollback_code", restarts_job=True),
-    "retry": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="restart_from_checkpoint", restarts_job=True),
-    "dump_stacks": ActionSpec("agent", agent_verb="dump_stacks"),
-    "self_check": ActionSpec("agent", agent_verb="self_check", diagnoses=True),
-    "replay_regroup": ActionSpec("agent", agent_verb="replay_regroup", diagnoses=True),
+                                          restarts_job=True, params=Restart),
+    "hot_update": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="hot_update", restarts_job=True,
+                             params=Restart),
+    "rollback_code": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="rollback_code", restarts_job=True,
+                                params=Restart),
+    "retry": ActionSpec("agent", stops_plan_on_failure=True, agent_verb="restart_from_checkpoint", restarts_job=True,
+                        params=Restart),
+    "dump_stacks": ActionSpec("agent", agent_verb="dump_stacks", params=DumpStacks),
+    "self_check": ActionSpec("agent", agent_verb="self_check", diagnoses=True, params=SelfCheck),
+    "replay_regroup": ActionSpec("agent", agent_verb="replay_regroup", diagnoses=True, params=Replay),
     "stop": ActionSpec("agent", agent_verb="stop"),
     "escalate": ActionSpec("runner"),
     "none": ActionSpec("runner"),
 }
 
 CLUSTER_ACTIONS = frozenset(name for name, spec in ACTIONS.items() if spec.scope == "cluster")
+RUNNER_ACTIONS = frozenset(name for name, spec in ACTIONS.items() if spec.scope == "runner")
 AGENT_ACTIONS = frozenset(name for name, spec in ACTIONS.items() if spec.scope == "agent")
 STOP_PLAN_ON_FAILURE = frozenset(name for name, spec in ACTIONS.items() if spec.stops_plan_on_failure)
 RESTARTS_JOB = frozenset(name for name, spec in ACTIONS.items() if spec.restarts_job)
@@ -86,3 +97,39 @@ AGENT_EXECUTABLE = frozenset(name for name, spec in ACTIONS.items() if spec.agen
 AGENT_VERBS = frozenset(spec.agent_verb for spec in ACTIONS.values() if spec.agent_verb)
 AGENT_TRANSLATION = {name: spec.agent_verb for name, spec in ACTIONS.items()
                      if spec.agent_verb and spec.agent_verb != name}
+
+
+def params_problem(action: ActionName, params: Params) -> str:
+    """Why `params` cannot go with `action` ("" when they can): the table's struct, or a machine's check part.
+
+    >>> params_problem("evict_node", Removal(reason="xid"))
+    ''
+    >>> params_problem("evict_node", Restart(step=3))
+    'evict_node takes removal parameters, not restart'
+    """
+    spec = ACTIONS[action]
+    if isinstance(params, spec.params) or (spec.diagnoses and isinstance(params, MachineCheck)):
+        return ""
+    return f"{action} takes {_tag(spec.params)} parameters, not {_tag(type(params))}"
+
+
+def with_defaults(action: ActionName, params: Params) -> Params:
+    """`params` as `action` takes them: a step written without any gets its struct's defaults (and the reason)."""
+    wanted = ACTIONS[action].params
+    if type(params) is NoParams and wanted is not NoParams:
+        return wanted(reason=params.reason)
+    return params
+
+
+def agent_params(action: ActionName, params: Params) -> Params:
+    """`params` as the agent's verb for `action` takes them (an eviction is a stop: only its reason goes).
+
+    >>> agent_params("evict_node", Removal(reason="xid 79", slurm_job_id="42"))
+    NoParams(reason='xid 79')
+    """
+    verb: ActionName = ACTIONS[action].agent_verb  # type: ignore[assignment]  # every verb is an action name
+    return params if not params_problem(verb, params) else with_defaults(verb, NoParams(reason=params.reason))
+
+
+def _tag(cls: type[Params]) -> str:
+    return str(cls.__struct_config__.tag)

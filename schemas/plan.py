@@ -3,27 +3,23 @@
 A plan is not always a straight line. "Evict only if the confirming
 self-check failed", "evict whom the self-check named", "evict the machine
 both replay phases name, else the one the checksum vote named": these used
-to ride in a step's `params` dict under magic keys that the engine wrote and
+to ride in a step's parameters under magic keys that the engine wrote and
 the runner popped, so a misspelt key was silently an unconditional step.
 Here they are fields with types: a misspelt field, a wrong type or a
 reference to a later step fails when the record is built or decoded, and the
-decision record shows each reference explicitly. `params` is left for what
-the executor or agent is sent.
-
-The old magic keys are refused in `params` (`REFERENCE_KEYS`): written
-there, a reference would travel to the executor as an ordinary parameter and
-the step would run unconditionally. (Before 0.1 was released they were
-lifted into the typed fields; nothing journaled in that form is left to
-resume.)
+decision record shows each reference explicitly. `params` is what the
+executor or agent is sent: the action's struct of `schemas.action_params`
+(a reference written there is an unknown field, refused).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
-from schemas.actions import ActionName
+from schemas.action_params import ActionParams, NoParams
+from schemas.actions import ActionName, params_problem, with_defaults
 
 
 class StepCondition(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, gc=False):
@@ -63,22 +59,22 @@ class PlannedAction(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     """One step of a decision's plan.
 
     `nodes` are the step's machines unless `targets_from` says whose result
-    names them; `when` makes the step conditional; `params` go to the executor.
-    Defaults are left out of the JSON, so a step without references is written
-    exactly as before they existed.
+    names them; `when` makes the step conditional; `params` go to the executor
+    (the action's struct; none written means its defaults). Defaults are left
+    out of the JSON.
     """
 
     action: ActionName
     nodes: list[str] = []
     ranks: list[int] = []
-    params: dict[str, Any] = {}
+    params: ActionParams = NoParams()
     when: StepCondition | None = None
     targets_from: StepRef | None = None
 
     def __post_init__(self) -> None:
-        misplaced = REFERENCE_KEYS.intersection(self.params)
-        if misplaced:
-            raise ValueError(f"params {sorted(misplaced)} are references: write them as `when` / `targets_from`")
+        msgspec.structs.force_setattr(self, "params", with_defaults(self.action, self.params))
+        if problem := params_problem(self.action, self.params):
+            raise ValueError(problem)
 
     def refers_to(self) -> list[int]:
         """The earlier steps this one depends on."""
@@ -88,10 +84,6 @@ class PlannedAction(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
         elif isinstance(self.targets_from, ReplayCulprit):
             out.extend(self.targets_from.phases)
         return out
-
-
-# The `params` keys plans used for references before the typed fields: refused, never read.
-REFERENCE_KEYS = frozenset({"only_if_failed", "nodes_from", "from_replay", "fallback_nodes"})
 
 
 def check_plan(plan: list[PlannedAction]) -> None:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
-from schemas.actions import ActionName
+from schemas.action_params import ActionParams, NoParams
+from schemas.actions import ActionName, params_problem, with_defaults
 from schemas.kinds import ANOMALY_KINDS as ANOMALY_KINDS  # re-exported: the table is schemas.kinds
 from schemas.kinds import AnomalyKind
 from schemas.plan import PlannedAction, check_plan
@@ -445,10 +446,15 @@ class ActionCommand(Record, tag="action_command", frozen=True):
     job: str = ""
     nodes: list[str] = []
     ranks: list[int] = []
-    params: dict[str, Any] = {}
+    params: ActionParams = NoParams()
     decision_id: str = ""
     incident_id: str = ""
     expires: float = 0.0
+
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "params", with_defaults(self.action, self.params))
+        if problem := params_problem(self.action, self.params):
+            raise ValueError(problem)  # a command an agent would misread is not a command
 
 
 class ActionResult(Record, tag="action_result", frozen=True):

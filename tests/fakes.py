@@ -130,9 +130,9 @@ def world(machines: list[str] = MACHINES, ppn: int = 2) -> dict[str, dict[str, A
 
 def agent_answer(command: ActionCommand, bad: str) -> ActionResult:
     """What the agent a fanned-out command names sends back; `bad`'s digests and replay sums are wrong."""
-    machine, machines = command.nodes[0], command.params["machines"]
+    machine, machines = command.nodes[0], command.params.machines
     if command.action == "self_check":
-        report = world(machines, ppn=command.params["procs_per_machine"])[machine]
+        report = world(machines, ppn=command.params.procs_per_machine)[machine]
         if machine == bad:
             for rec in report["stages"]["bitwise"]:  # type: ignore[index]
                 rec["digest"] = "flipped"

@@ -91,7 +91,7 @@ class KubernetesExecutor:
 
         if why := invalid_nodes(targets or command.nodes, K8S_NODE):
             return refused(command, why, ts=self.clock())
-        reason = str(command.params.get("reason", command.action))
+        reason = command.params.reason or command.action
         note = f"trainguard {command.action}: {reason} (incident {command.incident_id or '-'}, command {command.id})"
         done: dict[str, Any] = {}
         try:

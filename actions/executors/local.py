@@ -22,7 +22,7 @@ from actions.executors.base import CommandBus as CommandBus  # re-exported: the 
 
 if TYPE_CHECKING:
     from actions.executors.registry import ExecutorContext
-from schemas.actions import AGENT_EXECUTABLE, AGENT_TRANSLATION
+from schemas.actions import AGENT_EXECUTABLE, AGENT_TRANSLATION, agent_params
 from schemas.records import ActionCommand, ActionResult
 
 
@@ -53,7 +53,8 @@ class LocalExecutor:
                                 message="nothing to cordon without a cluster scheduler", job=command.job)
         wire = command
         if command.action in AGENT_TRANSLATION:
-            wire = msgspec.structs.replace(command, action=AGENT_TRANSLATION[command.action])
+            wire = msgspec.structs.replace(command, action=AGENT_TRANSLATION[command.action],
+                                           params=agent_params(command.action, command.params))
         wire = self.bus.send(wire)
         results = [r for r in self.bus.collect(wire.id, nodes=targets, timeout_s=self.timeout_s) if r.node in targets]
         answered = {r.node for r in results}

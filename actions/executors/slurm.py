@@ -13,6 +13,7 @@ import subprocess
 from typing import TYPE_CHECKING, Any
 
 from actions.executors.base import Clock, invalid_nodes, refused
+from schemas.action_params import Removal
 from schemas.actions import CLUSTER_ACTIONS
 from schemas.records import ActionCommand, ActionResult
 
@@ -59,9 +60,10 @@ class SlurmExecutor:
         if command.action == "uncordon_node":
             calls.append(["update", f"NodeName={','.join(nodes)}", "State=RESUME"])
         else:
-            reason = f"trainguard: {command.params.get('reason', command.action)} ({command.incident_id})"
+            reason = f"trainguard: {command.params.reason or command.action} ({command.incident_id})"
             calls.append(["update", f"NodeName={','.join(nodes)}", "State=DRAIN", f"Reason={reason}"])
-            job_id = str(command.params.get("slurm_job_id") or (command.job if command.job.isdigit() else ""))
+            named = command.params.slurm_job_id if isinstance(command.params, Removal) else ""
+            job_id = named or (command.job if command.job.isdigit() else "")
             if command.action == "evict_node" and job_id:
                 calls.append(["requeue", job_id])
         ran: list[dict[str, Any]] = []

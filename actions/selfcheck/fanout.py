@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
+from schemas.action_params import MachineCheck, Rendezvous, Replay, SelfCheck
 from schemas.records import ActionCommand, ActionResult
 from schemas.selfcheck import DEFAULT_CHECKS, SelfCheckReport, aggregate, aggregate_replay
 
@@ -64,29 +65,34 @@ class BatchExecutor(Protocol):
     def execute_all(self, commands: list[ActionCommand]) -> list[ActionResult]: ...
 
 
-def rendezvous_for(check_id: str, machines: list[str], settings: FanOutSettings) -> dict[str, Any]:
+def rendezvous_for(check_id: str, machines: list[str], settings: FanOutSettings) -> Rendezvous:
     """Global rank 0's address: the first machine (host template) and a port spread by check id.
 
     >>> class S: rendezvous_host, rendezvous_port, rendezvous_ports = "{node}.train.svc", 29400, 1
     >>> rendezvous_for("c1", ["n7", "n8"], S())  # type: ignore[arg-type]
-    {'host': 'n7.train.svc', 'port': 29400}
+    Rendezvous(host='n7.train.svc', port=29400)
     """
     spread = int(hashlib.sha256(check_id.encode()).hexdigest()[:8], 16) % max(1, settings.rendezvous_ports)
-    return {"host": settings.rendezvous_host.format(node=machines[0]), "port": settings.rendezvous_port + spread}
+    return Rendezvous(host=settings.rendezvous_host.format(node=machines[0]), port=settings.rendezvous_port + spread)
 
 
 def machine_commands(command: ActionCommand, machines: list[str], *, settings: FanOutSettings,
                      deadline: float) -> list[ActionCommand]:
     """One command per machine (pure): same check, own node rank, own agent only."""
-    params = dict(command.params)
-    replay = command.action == "replay_regroup"
-    shared = {**params, "check_id": command.id, "machines": machines, "deadline": deadline,
-              "rendezvous": rendezvous_for(command.id, machines, settings),
-              "procs_per_machine": 1 if replay else int(params.get("procs_per_machine", settings.procs_per_machine)),
-              "checks": ["replay"] if replay else list(params.get("checks") or DEFAULT_CHECKS),
-              "timeout_s": float(params.get("timeout_s", settings.collective_timeout_s))}
+    p = command.params
+    shared = MachineCheck(check_id=command.id, machines=machines, node_rank=0, deadline=deadline,
+                          rendezvous=rendezvous_for(command.id, machines, settings), reason=p.reason,
+                          timeout_s=settings.collective_timeout_s)
+    if isinstance(p, Replay | SelfCheck) and p.timeout_s is not None:
+        shared = msgspec.structs.replace(shared, timeout_s=p.timeout_s)
+    if isinstance(p, Replay):
+        shared = msgspec.structs.replace(shared, checks=["replay"], groups=p.groups, phase=p.phase)
+    elif isinstance(p, SelfCheck):
+        shared = msgspec.structs.replace(shared, checks=list(p.checks or DEFAULT_CHECKS),
+                                         procs_per_machine=p.procs_per_machine or settings.procs_per_machine)
     return [msgspec.structs.replace(command, id=machine_command_id(command.id, m), nodes=[m],
-                                    params={**shared, "node_rank": i}) for i, m in enumerate(machines)]
+                                    params=msgspec.structs.replace(shared, node_rank=i))
+            for i, m in enumerate(machines)]
 
 
 def machine_command_id(check_id: str, machine: str) -> str:
@@ -117,14 +123,16 @@ def combine(command: ActionCommand, sent: ActionCommand, machines: list[str], re
     `sent` is any one machine's command: it holds the check's world and stages.
     """
     reports = {m: report_of(m, results[m]) for m in machines}
+    world = sent.params
+    if not isinstance(world, MachineCheck):
+        raise TypeError(f"combine reads a machine's command, not {type(world).__name__}")
     report: SelfCheckReport
     if command.action == "replay_regroup":
-        report = aggregate_replay([[str(m) for m in g] for g in sent.params.get("groups", [])], reports)
+        report = aggregate_replay(world.groups, reports)
     else:
-        report = aggregate(machines, reports, checks=list(sent.params["checks"]),
-                           ppn=int(sent.params["procs_per_machine"]))
+        report = aggregate(machines, reports, checks=world.checks, ppn=world.procs_per_machine)
     silent = [m for m in machines if reports[m] is None]
-    details = {**report.as_dict(), "machines": machines, "phase": command.params.get("phase"),
+    details = {**report.as_dict(), "machines": machines, "phase": world.phase,
                "per_node": {m: results[m].status if reports[m] is not None else "silent" for m in machines},
                "silent": silent, "commands": {m: results[m].command_id for m in machines}}
     where = f" at {report.stage}" if report.stage else ""
@@ -143,8 +151,8 @@ class FanOut:
 
     def run(self, executor: NodeExecutor, command: ActionCommand, machines: list[str]) -> ActionResult:
         """Send each machine its command, wait for all (up to the deadline), combine."""
-        if command.action == "replay_regroup" and command.params.get("groups"):  # every member of a group
-            machines = list(dict.fromkeys([*machines, *(str(m) for g in command.params["groups"] for m in g)]))
+        if isinstance(command.params, Replay):  # every member of a group
+            machines = list(dict.fromkeys([*machines, *(m for g in command.params.groups for m in g)]))
         wait_s = float(getattr(executor, "timeout_s", self.settings.budget_s + ANSWER_SLACK_S))
         deadline = self.clock() + max(1.0, min(self.settings.budget_s, wait_s - ANSWER_SLACK_S))
         commands = machine_commands(command, machines, settings=self.settings, deadline=deadline)

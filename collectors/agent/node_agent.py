@@ -62,6 +62,7 @@ from collectors.logs import LogParser
 from collectors.settings import AgentConfig
 from collectors.sink import RecordSink
 from collectors.stacks import StackSampler
+from schemas.action_params import DumpStacks, Restart
 from schemas.actions import AGENT_VERBS
 from schemas.records import ActionCommand, ActionResult, AttemptKey, AuditEntry, LogEvent, StackSample
 from schemas.signing import KeyRing, Received, attempt_key_id, command_problem, public_b64, write_private_key
@@ -339,18 +340,17 @@ class Agent:
         return self._result(cmd, status, message, details)
 
     def _execute(self, cmd: ActionCommand) -> tuple[str, str, dict[str, Any]]:
+        """Carry out a command by its typed parameters (the decoder matched them to the action)."""
         p = cmd.params
-        if cmd.action == "restart_from_checkpoint":
-            return self._restart(step=p.get("step"), path=p.get("path"), attempt=p.get("attempt"))
-        if cmd.action in ("hot_update", "rollback_code"):
-            version = p.get("code_version")
-            if not isinstance(version, str) or not version:
-                return "failed", "params.code_version is required (a non-empty string)", {}
-            self.state.code_version = version
-            return self._restart(step=p.get("step"), path=p.get("path"), attempt=p.get("attempt"))
-        if cmd.action == "dump_stacks":
-            return self._dump_stacks(repeat=int(p.get("repeat", 1)), interval_s=float(p.get("interval_s", 10.0)),
-                                     reason=str(p.get("reason", f"dump_stacks {cmd.id}")))
+        if isinstance(p, Restart):
+            if cmd.action in ("hot_update", "rollback_code"):
+                if not p.code_version:
+                    return "failed", "params.code_version is required (a non-empty string)", {}
+                self.state.code_version = p.code_version
+            return self._restart(step=p.step, path=p.path, attempt=p.attempt)
+        if isinstance(p, DumpStacks):
+            reason = p.reason or f"dump_stacks {cmd.id}"
+            return self._dump_stacks(repeat=p.repeat, interval_s=p.interval_s, reason=reason)
         if cmd.action == "stop":
             self._commanding = "stop"
             code = self.proc.stop(grace_s=self.grace_s)
@@ -359,15 +359,13 @@ class Agent:
             return "ok", f"training process stopped (exit code {code})", {"exit_code": code}
         return self._selfcheck(cmd)
 
-    def _restart(self, *, step: Any, path: Any, attempt: Any = None) -> tuple[str, str, dict[str, Any]]:
-        if step is not None and not isinstance(step, int):
-            return "failed", f"params.step must be an integer or null (got {step!r})", {}
+    def _restart(self, *, step: int | None, path: str | None, attempt: int | None) -> tuple[str, str, dict[str, Any]]:
         self._commanding = "restart"
         old = self.proc.stop(grace_s=self.grace_s)
         self.check_exit()
         # The job's restart generation when the command carries one (every node of the job, a
         # standby included, then reports the same `attempt`); else this agent's own count.
-        self.state.attempt = max(self.state.attempt + 1, attempt if isinstance(attempt, int) else 0)
+        self.state.attempt = max(self.state.attempt + 1, attempt or 0)
         self.state.resume_step = step
         self.state.resume_path = str(path) if path else None
         self._state_file.save(self.state)

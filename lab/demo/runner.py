@@ -26,6 +26,7 @@ from lab.demo.faults import Fault, FaultBoard
 from lab.demo.scenario import DemoScenario, FaultStep
 from lab.demo.stack import DemoStack
 from lab.demo.watch import TopicWatcher
+from schemas.action_params import Restart
 from schemas.codec import Codec
 from schemas.kafka_config import client_options
 from schemas.records import (
@@ -226,9 +227,9 @@ class DemoRunner:
         now = time.time()
         cmd = ActionCommand(ts=now, expires=now + 60, id=new_command_id("operator"), action="hot_update",
                             job=self.sc.job, nodes=sorted(self._active(watcher)),
-                            params={"code_version": version, "step": latest.step if latest else None,
-                                    "path": latest.path if latest else None,
-                                    "attempt": max(self._attempts(watcher).values(), default=0) + 1})
+                            params=Restart(code_version=version, step=latest.step if latest else None,
+                                           path=latest.path if latest else None,
+                                           attempt=max(self._attempts(watcher).values(), default=0) + 1))
         assert self._producer is not None and self.signer is not None
         value = self.codec.encode(cmd)
         self._producer.send(self.topics.name("actions"), key=key_for(cmd), value=value,

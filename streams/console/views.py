@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from actions.rollout import ROLLOUT_KINDS
 from schemas.node_jobs import job_of
 from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit
@@ -112,7 +114,8 @@ def incident(state: ConsoleState, incident_id: str) -> dict[str, Any] | None:
         for idx, planned in enumerate(dec.plan):
             cid = f"{dec.id}-{idx}"  # the runner's command id for step idx
             subjects.append(cid)
-            steps.append({"index": idx, "action": planned.action, "nodes": planned.nodes, "params": planned.params,
+            steps.append({"index": idx, "action": planned.action, "nodes": planned.nodes,
+                          "params": msgspec.to_builtins(planned.params),
                           "depends": depends(planned),
                           "command": to_json(commands[cid]) if cid in commands else None,
                           "result": _step_result(state, cid)})

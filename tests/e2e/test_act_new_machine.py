@@ -107,10 +107,10 @@ def test_act_on_a_new_machine_knows_what_the_old_one_knew(kafka: str, topic_pref
                              detected_at=time.time(), step=250, ranks=[1]))
         restart = tap.wait(lambda r: isinstance(r, ActionCommand) and r.action == "restart_from_checkpoint"
                            and r.incident_id == "nan-250", timeout_s=90)
-        assert restart.params["step"] == 100  # the remembered checkpoint, not from scratch
+        assert restart.params.step == 100  # the remembered checkpoint, not from scratch
         assert restart.nodes == ["spare-1", "node-2"]  # node-1 stays evicted, never targeted; its spare in its place
-        assert restart.params["exclude_nodes"] == ["node-1"]
-        assert restart.params["attempt"] == old["rails"]["attempts"][JOB] + 1  # the generation goes on
+        assert restart.params.exclude_nodes == ["node-1"]
+        assert restart.params.attempt == old["rails"]["attempts"][JOB] + 1  # the generation goes on
         acts[1].send_signal(signal.SIGTERM)
         acts[1].communicate(timeout=60)
         tap.drain(1.0)

@@ -81,7 +81,7 @@ def test_act_killed_while_an_agent_stops_the_evicted_node(kafka: str, topic_pref
     assert {s.id for s in stops} == {stop.id} and all(s.nodes == ["node-1"] for s in stops)
     restarts = [r for r in tap.seen if isinstance(r, ActionCommand) and r.action == "restart_from_checkpoint"]
     assert restarts and all(r.nodes == ["node-2"] for r in restarts)  # never a broadcast, never node-1
-    assert restarts[0].params["step"] == 100
+    assert restarts[0].params.step == 100
     node1 = [r for r in tap.seen if isinstance(r, ActionResult) and r.node == "node-1"]
     assert {r.command_id for r in node1} == {stop.id}  # node-1 only ever stopped
     assert any(r.node == "node-2" and r.status == "ok" for r in tap.seen

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from schemas.action_params import Restart
 from schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, TrainingStep
 from schemas.signing import Signer
 from schemas.topics import Topics
@@ -58,7 +59,7 @@ def test_incident_to_restart_from_checkpoint_with_idempotency_and_forgery(
 
         restart = tap.wait(lambda r: isinstance(r, ActionCommand) and r.action == "restart_from_checkpoint")
         assert isinstance(restart, ActionCommand) and restart.incident_id == "inc-nan-1"
-        ckpt_step = restart.params["step"]
+        ckpt_step = restart.params.step
         assert isinstance(ckpt_step, int) and ckpt_step < latest and ckpt_step % 5 == 0
         resumed = tap.wait(lambda r: isinstance(r, TrainingStep) and r.job == JOB and r.attempt == 1)
         assert isinstance(resumed, TrainingStep) and resumed.step == ckpt_step + 1  # resumed from the checkpoint
@@ -78,7 +79,7 @@ def test_incident_to_restart_from_checkpoint_with_idempotency_and_forgery(
         tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "duplicate_incident")
         forged = ActionCommand(ts=time.time(), expires=time.time() + 60, id="forged-1",
                                action="restart_from_checkpoint", job=JOB,
-                               params={"step": 5, "path": str(tmp_path / "ckpt" / "step5.pt")})
+                               params=Restart(step=5, path=str(tmp_path / "ckpt" / "step5.pt")))
         value = tap.codec.encode(forged)  # signed, but not with act's key
         tap.producer.send(tap.topics.name("actions"), key=JOB.encode(), value=value,
                           headers=Signer("act", Ed25519PrivateKey.generate()).headers(value))

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from actions.replay import locate, plan_regroupings
+from schemas.action_params import Replay, SelfCheck
 from schemas.codec import encode
 from schemas.records import ActionCommand
 
@@ -34,7 +35,7 @@ def selfcheck(command: ActionCommand, fault: str = "") -> tuple[int, dict[str, A
 
 def check_cmd(machines: list[str], ppn: int, **params: Any) -> ActionCommand:
     return ActionCommand(ts=time.time(), id="sc", action="self_check", job="j", nodes=machines[:1],
-                         params={"machines": machines, "procs_per_machine": ppn, "timeout_s": 4.0, **params})
+                         params=SelfCheck(machines=machines, procs_per_machine=ppn, timeout_s=4.0, **params))
 
 
 def stage(report: dict[str, Any], name: str) -> dict[str, Any]:
@@ -62,7 +63,7 @@ def test_dual_phase_replay_names_the_corrupt_machine() -> None:
     failed = []
     for phase, groups in ((1, plan.phase1), (2, plan.phase2)):
         cmd = ActionCommand(ts=time.time(), id=f"r{phase}", action="replay_regroup", job="j", nodes=["m0"],
-                            params={"phase": phase, "groups": groups, "timeout_s": 4.0})
+                            params=Replay(phase=phase, groups=groups, timeout_s=4.0))
         code, report = selfcheck(cmd, fault="m2:bitflip")
         assert code == 1 and report["phase"] == phase
         failed.append(report["failed_groups"])

@@ -24,6 +24,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaConsumer, KafkaProducer
 
+from schemas.action_params import DumpStacks, Restart
 from schemas.codec import Codec
 from schemas.records import (
     ActionCommand,
@@ -139,7 +140,7 @@ def test_agent_obeys_signed_commands_once(kafka: str, topic_prefix: str, tmp_pat
 
         bus.send(_cmd("c-other-node", "stop", job, nodes=["node-9"]))  # not ours: ignored
         ckpt = str(tmp_path / "ckpt" / "step5.pt")
-        restart = bus.send(_cmd("c-restart", "restart_from_checkpoint", job, params={"step": 5, "path": ckpt}))
+        restart = bus.send(_cmd("c-restart", "restart_from_checkpoint", job, params=Restart(step=5, path=ckpt)))
         result = bus.result(restart.id)
         assert result.status == "ok" and result.node == "node-1", result
         assert result.details["TRAINGUARD_RESUME_STEP"] == "5" and result.details["TRAINGUARD_ATTEMPT"] == "1"
@@ -150,7 +151,7 @@ def test_agent_obeys_signed_commands_once(kafka: str, topic_prefix: str, tmp_pat
         assert bus.result(restart.id).status == "ok"
         bus.wait(lambda r: isinstance(r, ActionResult) and r.command_id == restart.id and r.status == "skipped")
 
-        update = bus.send(_cmd("c-hot", "hot_update", job, params={"code_version": "v2"}))
+        update = bus.send(_cmd("c-hot", "hot_update", job, params=Restart(code_version="v2")))
         assert bus.result(update.id).status == "ok"
         bus.wait(_step(job, attempt=2, code_version="v2"))
 
@@ -183,7 +184,7 @@ def test_agent_dumps_stacks_of_a_hung_process_and_remembers_commands_across_rest
         suspected = bus.wait(lambda r: isinstance(r, StackSample) and r.reason.startswith("suspected hang: step 3")
                              and any("hang_in_fake_collective" in f for f in r.frames))
         assert isinstance(suspected, StackSample)
-        dump = bus.send(_cmd("c-dump", "dump_stacks", job, params={"repeat": 2, "interval_s": 0.5}))
+        dump = bus.send(_cmd("c-dump", "dump_stacks", job, params=DumpStacks(repeat=2, interval_s=0.5)))
         assert bus.result(dump.id).status == "ok"
         stack = bus.wait(lambda r: isinstance(r, StackSample) and any("hang_in_fake_collective" in f for f in r.frames))
         assert isinstance(stack, StackSample) and stack.job == job and stack.node == "node-1" and stack.pid > 0

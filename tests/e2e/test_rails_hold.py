@@ -246,4 +246,4 @@ def test_a_return_then_an_eviction_restarts_each_node_once_with_every_spare(
     assert [r.nodes for r in restarts] == [["rn1", "rs0", "rn3", "rn4"], ["rn1", "rs0", "rn3", "rn2"]]
     answered = {(r.command_id, r.node) for r in tap.seen if isinstance(r, ActionResult) and r.status == "ok"}
     assert {(restarts[1].id, n) for n in ["rn1", "rs0", "rn3", "rn2"]} <= answered
-    assert restarts[1].params["standby"] == {"rs0": "rn2", "rn2": "rn4"}
+    assert restarts[1].params.standby == {"rs0": "rn2", "rn2": "rn4"}

@@ -115,7 +115,7 @@ def check_step(journal: Journal, topic_prefix: str) -> ActionResult:
 def assert_each_agent_ran_only_its_own_ranks(tap: Tap, pids: dict[str, int], nodes: list[str]) -> None:
     sent = checks_sent(tap)
     assert sorted(c.nodes[0] for c in sent) == sorted(NODES) and all(len(c.nodes) == 1 for c in sent)
-    assert len({c.params["check_id"] for c in sent}) == 1 and len({c.id for c in sent}) == 3
+    assert len({c.params.check_id for c in sent}) == 1 and len({c.id for c in sent}) == 3
     reports = agent_reports(tap)
     assert sorted(reports) == sorted(nodes)
     rank_pids = []

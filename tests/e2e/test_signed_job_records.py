@@ -80,7 +80,7 @@ def test_forged_checkpoint_and_topology_are_refused_genuine_ones_restart_the_job
         restart = tap.wait(lambda r: isinstance(r, ActionCommand) and r.action == "restart_from_checkpoint", 120)
         assert isinstance(restart, ActionCommand)
         assert restart.nodes == ["node-1"]  # the genuine topology's node, not the 1,000 forged ones
-        assert restart.params["path"] != forged_path and restart.params["step"] % 5 == 0  # a genuine checkpoint
+        assert restart.params.path != forged_path and restart.params.step % 5 == 0  # a genuine checkpoint
         ckpt_refused = tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "checkpoint_rejected")
         assert isinstance(ckpt_refused, AuditEntry) and ckpt_refused.detail["path"] == forged_path
         assert "unsigned" in ckpt_refused.detail["reason"]
@@ -90,7 +90,7 @@ def test_forged_checkpoint_and_topology_are_refused_genuine_ones_restart_the_job
         assert accepted and accepted[0].detail["node"] == "node-1" and accepted[0].detail["attempt"] == 0
 
         resumed = tap.wait(lambda r: isinstance(r, TrainingStep) and r.job == JOB and r.attempt == 1)
-        assert isinstance(resumed, TrainingStep) and resumed.step == restart.params["step"] + 1
+        assert isinstance(resumed, TrainingStep) and resumed.step == restart.params.step + 1
         tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "attempt_key_accepted"
                  and r.detail.get("attempt") == 1 and r.detail.get("trust") == "restart act sent")
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from schemas.action_params import MachineCheck
 from schemas.selfcheck import DIST_STAGES
 
 STARTUP_GRACE_S = 90.0  # importing torch in several processes on a busy host is slow
@@ -59,20 +60,12 @@ class MachineSpec:
         return list(range(self.node_rank * self.ppn, (self.node_rank + 1) * self.ppn))
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> MachineSpec:
-        """From a fanned-out command's params; ValueError names what is wrong."""
-        try:
-            spec = cls(check_id=str(params["check_id"]), machines=[str(m) for m in params["machines"]],
-                       node_rank=int(params["node_rank"]), ppn=int(params.get("procs_per_machine", 1)),
-                       checks=[str(c) for c in params.get("checks", [])], host=str(params["rendezvous"]["host"]),
-                       port=int(params["rendezvous"]["port"]), deadline=float(params["deadline"]),
-                       timeout_s=float(params.get("timeout_s", 10.0)),
-                       groups=[[str(m) for m in g] for g in params.get("groups", [])])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"params: fanned-out self-check needs {exc}") from None
-        if not 0 <= spec.node_rank < len(spec.machines) or spec.ppn < 1:
-            raise ValueError(f"params: node_rank {spec.node_rank} / procs_per_machine {spec.ppn} out of range")
-        return spec
+    def from_check(cls, check: MachineCheck) -> MachineSpec:
+        """From a fanned-out command's parameters (checked when the command was decoded)."""
+        return cls(check_id=check.check_id, machines=list(check.machines), node_rank=check.node_rank,
+                   ppn=check.procs_per_machine, checks=list(check.checks), host=check.rendezvous.host,
+                   port=check.rendezvous.port, deadline=check.deadline, timeout_s=check.timeout_s,
+                   groups=[list(g) for g in check.groups])
 
 
 def run_machine(spec: MachineSpec, *, workdir: Path | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:

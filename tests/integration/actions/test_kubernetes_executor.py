@@ -16,12 +16,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from actions.executors.kubernetes import KubernetesExecutor
+from schemas.action_params import NoParams
 from schemas.records import ActionCommand
 
 
 def command(action: str, node: str, reason: str = "hw_fault") -> ActionCommand:
     return ActionCommand(ts=1.0, id="c1", action=action, job="llm", nodes=[node],  # type: ignore[arg-type]
-                         params={"reason": reason}, incident_id="i1")
+                         params=NoParams(reason=reason), incident_id="i1")
 
 
 class FakeTime:

@@ -20,6 +20,7 @@ from helmchart import render
 from kubernetes import client
 
 from actions.executors.kubernetes import KubernetesExecutor
+from schemas.action_params import NoParams
 from schemas.records import ActionCommand
 from streams.act.leader import LeaseElector
 
@@ -67,7 +68,7 @@ def bound_rules(docs: list[dict[str, Any]], sa: str) -> list[tuple[str | None, d
 
 def command(action: str) -> ActionCommand:
     return ActionCommand(ts=1.0, id="c1", action=action, job="llm", nodes=["gpu-1"],  # type: ignore[arg-type]
-                         params={"reason": "hw_fault"}, incident_id="i1")
+                         params=NoParams(reason="hw_fault"), incident_id="i1")
 
 
 @pytest.mark.parametrize("namespaces", [[], ["team-a"]], ids=["cluster-wide", "namespaced"])

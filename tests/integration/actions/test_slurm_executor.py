@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from actions.executors.slurm import SlurmExecutor
+from schemas.action_params import Removal
 from schemas.records import ActionCommand
 
 FAKE = r'''#!/usr/bin/env python3
@@ -61,7 +62,7 @@ def calls(log: Path) -> list[list[str]]:
 
 def test_evict_drains_with_reason_then_requeues(scontrol: Path) -> None:
     cmd = ActionCommand(ts=1.0, id="c1", action="evict_node", job="4242", nodes=["gpu-02"],
-                        params={"reason": "hw_fault"}, incident_id="inc-9")
+                        params=Removal(reason="hw_fault"), incident_id="inc-9")
     result = SlurmExecutor(clock=lambda: 2.0).execute(cmd, targets=["gpu-02"])
     assert result.status == "ok", result.message
     assert calls(scontrol) == [

@@ -72,7 +72,7 @@ class Fleet:
                 self.stopped.update(command.nodes)
             elif command.action == "restart_from_checkpoint":
                 for node in targets:
-                    self.restarts.setdefault(node, []).append(command.params["step"])
+                    self.restarts.setdefault(node, []).append(command.params.step)
             status, details = "ok", {}
             self.executed[command.id] = "ok"
         self.budget.point(before=False)
@@ -191,6 +191,6 @@ def test_restarted_act_remembers_checkpoints_topology_and_earlier_nan(tmp_path: 
     JobKnowledge(journal, engine, checkpoints).load()
     assert engine.topologies["j"].nodes == ["a", "b"]
     later = engine.decide(Incident(ts=20.0, id="nan-2", kind="nan", job="j", onset=19.0, detected_at=20.0, step=180))
-    assert later.plan[0].params["step"] == 100 and later.plan[0].params["path"] == "/ck/100"
+    assert later.plan[0].params.step == 100 and later.plan[0].params.path == "/ck/100"
     again = engine.decide(Incident(ts=30.0, id="nan-3", kind="nan", job="j", onset=29.0, detected_at=30.0, step=150))
     assert again.rule == "nan.recurrence_as_sdc"  # the engine remembers the first NaN's step

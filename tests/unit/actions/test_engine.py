@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from actions.checkpoints import CheckpointRegistry
@@ -70,7 +71,7 @@ def test_decision_table(kind: str, kw: dict[str, Any], rule: str, actions: list[
 def test_hw_fault_restarts_from_latest_valid_checkpoint() -> None:
     plan = engine().decide(incident("hw_fault", nodes=["n2"])).plan
     assert plan[0].nodes == ["n2"]
-    assert plan[2].params["step"] == 200 and plan[2].params["path"] == "/ck/200"
+    assert plan[2].params.step == 200 and plan[2].params.path == "/ck/200"
 
 
 def test_over_eviction_picks_smallest_group_containing_suspects() -> None:
@@ -87,7 +88,7 @@ def test_over_eviction_picks_smallest_group_containing_suspects() -> None:
 def test_nan_restores_before_onset_and_recurrence_becomes_sdc() -> None:
     eng = engine()
     first = eng.decide(incident("nan", step=150))
-    assert first.plan[0].params["step"] == 100  # checkpoint 200 is after the bad step
+    assert first.plan[0].params.step == 100  # checkpoint 200 is after the bad step
     again = eng.decide(incident("nan", step=150, iid="i2", ts=300.0))
     assert again.rule == "nan.recurrence_as_sdc"
     assert [s.action for s in again.plan][:3] == ["stop", "replay_regroup", "replay_regroup"]
@@ -95,7 +96,7 @@ def test_nan_restores_before_onset_and_recurrence_becomes_sdc() -> None:
 
 def test_sdc_replay_groups_intersect_in_one_machine() -> None:
     plan = engine().decide(incident("sdc")).plan
-    rows, cols = plan[1].params["groups"], plan[2].params["groups"]
+    rows, cols = plan[1].params.groups, plan[2].params.groups
     for row in rows:
         for col in cols:
             assert len(set(row) & set(col)) <= 1
@@ -104,7 +105,7 @@ def test_sdc_replay_groups_intersect_in_one_machine() -> None:
 
 def test_user_error_rolls_back_to_last_good_version_without_evicting() -> None:
     decision = engine().decide(incident("user_error", code_version="v2"))
-    assert decision.plan[0].params["code_version"] == "v1"
+    assert decision.plan[0].params.code_version == "v1"
     assert all(s.action != "evict_node" for s in decision.plan)
 
 
@@ -165,5 +166,5 @@ def test_plans_refer_to_earlier_steps_through_typed_fields() -> None:
     located = ReplayCulprit(phases=(1, 2), fallback_nodes=("n2",))
     assert [s.targets_from for s in sdc][3:5] == [located, located]
     for plan in (net, hang, sdc):  # nothing of the references is left in what executors are sent
-        assert all(not {"only_if_failed", "nodes_from", "from_replay", "fallback_nodes"} & s.params.keys()
-                   for s in plan)
+        assert all(not {"only_if_failed", "nodes_from", "from_replay", "fallback_nodes"}
+                   & msgspec.to_builtins(s.params).keys() for s in plan)

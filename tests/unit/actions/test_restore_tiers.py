@@ -5,6 +5,7 @@ from __future__ import annotations
 from actions.checkpoints import CheckpointRegistry
 from actions.engine import DecisionEngine
 from actions.restore import TierIndex
+from schemas.action_params import Restart
 from schemas.records import CheckpointEvent, Incident
 
 NODES = {0: "a", 1: "b", 2: "c", 3: "d"}
@@ -85,13 +86,13 @@ def test_the_engine_plans_the_tier_of_every_rank() -> None:
     nan = engine.decide(Incident(ts=50.0, id="i1", kind="nan", job="j", onset=45.0, detected_at=50.0, step=42,
                                  nodes=[], ranks=[], evidence={}))
     params = nan.plan[-1].params
-    assert params["step"] == 41 and params["before_step"] == 42
-    assert {v["tier"] for v in params["restore_tiers"].values()} == {"memory"}
+    assert isinstance(params, Restart) and params.step == 41 and params.before_step == 42
+    assert {v.tier for v in params.restore_tiers.values()} == {"memory"}
     hw = engine.decide(Incident(ts=60.0, id="i2", kind="hw_fault", job="j", onset=58.0, detected_at=60.0,
                                 step=None, nodes=["b"], ranks=[], evidence={}))
     restart = hw.plan[-1].params
-    assert restart["step"] == 42
-    assert restart["restore_tiers"]["1"]["tier"] == "peer" and restart["restore_tiers"]["0"]["tier"] == "memory"
+    assert isinstance(restart, Restart) and restart.step == 42
+    assert restart.restore_tiers["1"].tier == "peer" and restart.restore_tiers["0"].tier == "memory"
 
 
 def test_a_code_rollback_finds_the_last_good_version_among_tiered_copies() -> None:
@@ -104,7 +105,7 @@ def test_a_code_rollback_finds_the_last_good_version_among_tiered_copies() -> No
     decision = engine.decide(Incident(ts=50.0, id="u1", kind="user_error", job="j", onset=45.0, detected_at=50.0,
                                       step=43, nodes=[], ranks=[], evidence={"code_version": "v2-bad"}))
     assert decision.rule == "user_error.rollback_code"
-    assert decision.plan[0].params["code_version"] == "v1"
+    assert decision.plan[0].params.code_version == "v1"
 
 
 def test_only_lasting_copies_are_journaled() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 from fakes import FanOutAgents, RecordingExecutor
 
 from actions.checkpoints import CheckpointRegistry
@@ -16,7 +17,7 @@ from actions.journal import Journal
 from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
-from schemas.actions import CLUSTER_ACTIONS
+from schemas.actions import CLUSTER_ACTIONS, RUNNER_ACTIONS
 from schemas.records import CheckpointEvent, Incident, JobTopology, Record
 
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
@@ -52,7 +53,7 @@ def test_hw_fault_evicts_swaps_and_restarts(tmp_path: Path) -> None:
     assert final.status == "executed"
     assert [c.action for c, _ in cluster.calls] == ["evict_node"]
     restart, targets = node.calls[0]
-    assert restart.action == "restart_from_checkpoint" and restart.params["exclude_nodes"] == ["n3"]
+    assert restart.action == "restart_from_checkpoint" and restart.params.exclude_nodes == ["n3"]
     assert "s0" in targets and "n3" not in targets
     assert runner.rails.pool.exhausted
     events = [a.event for a in audit]  # type: ignore[attr-defined]
@@ -158,8 +159,8 @@ def test_stop_time_diagnosis_fans_out_and_evicts_the_machine_the_self_check_name
     # One command per machine, each to that machine's agent only, one shared check and rendezvous.
     assert sorted(t[0] for _, t in checks) == [f"n{i}" for i in range(8)]
     assert all(c.nodes == t for c, t in checks) and len({c.id for c, _ in checks}) == 8
-    assert {c.params["node_rank"] for c, _ in checks} == set(range(8))
-    assert len({(c.params["check_id"], c.params["rendezvous"]["port"]) for c, _ in checks}) == 1
+    assert {c.params.node_rank for c, _ in checks} == set(range(8))
+    assert len({(c.params.check_id, c.params.rendezvous.port) for c, _ in checks}) == 1
     step = runner.journal.steps(d.id)[1]
     assert step.action == "self_check" and step.details["culprits"] == ["n5"] and step.details["stage"] == "bitwise"
 
@@ -193,7 +194,8 @@ def test_sdc_falls_back_to_an_unambiguous_checksum_vote_when_replay_names_no_mac
                      evidence={"ambiguous": False})
     d = runner.admit(eng.decide(voted))
     assert d is not None and runner.run(d).status == "executed"
-    assert cluster.calls[0][0].nodes == ["n3"] and "fallback_nodes" not in cluster.calls[0][0].params
+    sent = cluster.calls[0][0]
+    assert sent.nodes == ["n3"] and b"fallback_nodes" not in msgspec.json.encode(sent.params)
 
     cluster2 = RecordingExecutor()
     eng2, runner2, _ = setup(tmp_path / "b", cluster=cluster2)
@@ -213,4 +215,10 @@ def test_restarts_carry_one_generation_for_the_whole_job(tmp_path: Path) -> None
         d = runner.admit(eng.decide(hw(name, ts=100.0 + 1000 * i)))
         assert d is not None and runner.run(d).status == "executed"
     restarts = [c for c, _ in node.calls if c.action == "restart_from_checkpoint"]
-    assert [c.params["attempt"] for c in restarts] == [5, 6]
+    assert [c.params.attempt for c in restarts] == [5, 6]
+
+
+def test_the_runner_carries_out_exactly_the_runner_scope_actions(tmp_path: Path) -> None:
+    """Runner-scope actions are handled by a table in the runner, not by if-chains on names."""
+    _, runner, _ = setup(tmp_path)
+    assert set(runner._own_steps) == RUNNER_ACTIONS == {"swap_standby", "escalate", "none"}

@@ -15,8 +15,12 @@ from fakes import MACHINES, world
 
 from actions.selfcheck.fanout import combine, machine_command_id, machine_commands, report_of
 from actions.settings import SelfCheckSettings
+from schemas.action_params import ActionParams
+from schemas.actions import ACTIONS
 from schemas.records import ActionCommand, ActionResult
 from schemas.selfcheck import DEFAULT_CHECKS, aggregate, aggregate_replay
+
+PARAMS = {name: spec.params.__struct_config__.tag for name, spec in ACTIONS.items()}  # action -> its params' tag
 
 
 def stages(report: Any) -> list[tuple[str, str]]:
@@ -115,21 +119,22 @@ def test_replay_fails_the_groups_of_a_wrong_or_silent_member() -> None:
 
 def base_command(action: str = "self_check", **params: Any) -> ActionCommand:
     return ActionCommand(ts=1.0, id="d1-2-" + "f" * 32, action=action, job="j", nodes=MACHINES,  # type: ignore[arg-type]
-                         params={"machines": MACHINES, **params})
+                         params=msgspec.convert({"kind": PARAMS[action], "machines": MACHINES, **params},
+                                                ActionParams))
 
 
 def test_each_machine_gets_its_own_command_with_the_shared_rendezvous() -> None:
     settings = SelfCheckSettings(rendezvous_host="{node}.job.svc", rendezvous_port=30000, rendezvous_ports=8)
     cmds = machine_commands(base_command(checks=["all_to_all"]), MACHINES, settings=settings, deadline=99.0)
     assert [c.nodes for c in cmds] == [[m] for m in MACHINES]
-    assert [c.params["node_rank"] for c in cmds] == [0, 1, 2, 3]
+    assert [c.params.node_rank for c in cmds] == [0, 1, 2, 3]
     assert len({c.id for c in cmds}) == 4 and all(len(c.id.rsplit("-", 1)[1]) == 32 for c in cmds)
-    shared = {(c.params["check_id"], c.params["rendezvous"]["host"], c.params["rendezvous"]["port"],
-               c.params["deadline"]) for c in cmds}
+    shared = {(c.params.check_id, c.params.rendezvous.host, c.params.rendezvous.port,
+               c.params.deadline) for c in cmds}
     assert len(shared) == 1
     check_id, host, port, deadline = shared.pop()
     assert host == "n0.job.svc" and 30000 <= port < 30008 and deadline == 99.0
-    assert cmds[0].params["checks"] == ["all_to_all"] and cmds[0].params["procs_per_machine"] == 2
+    assert cmds[0].params.checks == ["all_to_all"] and cmds[0].params.procs_per_machine == 2
     again = machine_commands(base_command(checks=["all_to_all"]), MACHINES, settings=settings, deadline=120.0)
     assert [c.id for c in again] == [c.id for c in cmds]  # a re-send after a restart: same ids
     assert machine_command_id(check_id, "n1") == cmds[1].id

@@ -8,6 +8,7 @@ one `execute` call per step).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from actions.journal import Journal
 from actions.runner import PlanRunner, Rails
 from actions.safety import CircuitBreaker, Cooldown
 from actions.standby import StandbyPool
+from schemas.action_params import NoParams, Removal, Replay, Restart, SelfCheck
 from schemas.actions import AGENT_EXECUTABLE, CLUSTER_ACTIONS
 from schemas.codec import Codec, DecodeError
 from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit, StepCondition
@@ -57,7 +59,7 @@ def run_plan(tmp_path: Path, plan: list[PlannedAction], agents: RecordingExecuto
 
 
 def confirm_then_evict() -> list[PlannedAction]:
-    return [PlannedAction(action="self_check", nodes=["n2"], params={"checks": ["all_gather"]}),
+    return [PlannedAction(action="self_check", nodes=["n2"], params=SelfCheck(checks=["all_gather"])),
             PlannedAction(action="evict_node", nodes=["n2"], when=StepCondition(step=0))]
 
 
@@ -73,14 +75,14 @@ def test_a_conditional_step_runs_when_its_predecessor_failed(tmp_path: Path) -> 
     final, cluster, _ = run_plan(tmp_path, confirm_then_evict(), agents)
     assert final.status == "executed"
     assert [(c.action, c.nodes) for c in cluster.commands] == [("evict_node", ["n2"])]
-    assert "when" not in json.dumps(cluster.commands[0].params)  # references never reach the executor
+    assert b"when" not in msgspec.json.encode(cluster.commands[0].params)  # references never reach the executor
 
 
 def replay_plan(fallback: tuple[str, ...] = ()) -> list[PlannedAction]:
     located = ReplayCulprit(phases=(1, 2), fallback_nodes=fallback)
     return [PlannedAction(action="stop", nodes=["n0", "n1", "n2", "n3"]),
-            PlannedAction(action="replay_regroup", nodes=["n0"], params={"phase": 1, "groups": PHASE1}),
-            PlannedAction(action="replay_regroup", nodes=["n0"], params={"phase": 2, "groups": PHASE2}),
+            PlannedAction(action="replay_regroup", nodes=["n0"], params=Replay(phase=1, groups=PHASE1)),
+            PlannedAction(action="replay_regroup", nodes=["n0"], params=Replay(phase=2, groups=PHASE2)),
             PlannedAction(action="evict_node", targets_from=located)]
 
 
@@ -88,7 +90,7 @@ def test_nodes_are_taken_from_the_two_replay_steps(tmp_path: Path) -> None:
     # n3 is in group 1 of phase 1 and group 1 of phase 2: the only machine in both failing groups.
     agents = FanOutAgents(bad="n3", handles=AGENT_EXECUTABLE)
     final, cluster, _ = run_plan(tmp_path, replay_plan(fallback=("n0",)), agents)
-    assert sorted(c.nodes[0] for c in agents.commands if c.params.get("phase") == 1) == ["n0", "n1", "n2", "n3"]
+    assert sorted(c.nodes[0] for c in agents.commands if getattr(c.params, "phase", None) == 1) == ["n0", "n1", "n2", "n3"]
     assert final.status == "executed"
     assert [c.nodes for c in cluster.commands] == [["n3"]]  # the replay wins over the fallback
 
@@ -136,15 +138,17 @@ def test_a_reference_to_a_later_step_is_a_malformed_decision() -> None:
 def test_the_decision_record_shows_references_explicitly() -> None:
     wire = json.loads(Codec().encode(decision(replay_plan(fallback=("n1",)))))
     assert wire["plan"][3]["targets_from"] == {"kind": "replay", "phases": [1, 2], "fallback_nodes": ["n1"]}
-    assert "params" not in wire["plan"][3] and "when" not in wire["plan"][0]  # defaults are left out
+    assert wire["plan"][3]["params"] == {"kind": "removal"} and "when" not in wire["plan"][0]  # defaults left out
     assert json.loads(Codec().encode(decision(confirm_then_evict())))["plan"][1]["when"] == {"step": 0,
                                                                                             "status": "failed"}
 
 
 def old_form_body(params: dict[str, Any]) -> bytes:
     """A plan whose eviction carries a reference in `params`, as act wrote them before the typed fields."""
-    plan = [{"action": "self_check", "nodes": ["n2"], "ranks": [], "params": {"checks": ["all_gather"]}},
-            {"action": "evict_node", "nodes": ["n2"], "ranks": [], "params": {"reason": "network", **params}}]
+    plan = [{"action": "self_check", "nodes": ["n2"], "ranks": [],
+             "params": {"kind": "self_check", "checks": ["all_gather"]}},
+            {"action": "evict_node", "nodes": ["n2"], "ranks": [],
+             "params": {"kind": "removal", "reason": "network", **params}}]
     return json.dumps({"type": "decision", "ts": 10.0, "schema_version": 1, "id": "old", "incident_id": "inc-old",
                        "job": "j", "kind": "network", "rule": "network.confirm_then_evict", "plan": plan,
                        "reason": "old"}).encode()
@@ -154,8 +158,28 @@ def old_form_body(params: dict[str, Any]) -> bytes:
                                     {"fallback_nodes": ["n1"]}])
 def test_a_reference_written_into_params_is_refused_not_sent_as_a_parameter(params: dict[str, Any]) -> None:
     """Passed on as a parameter, `only_if_failed` would make the eviction unconditional: it fails instead."""
-    with pytest.raises(DecodeError, match="are references"):
+    with pytest.raises(DecodeError, match="unknown field"):
         Codec().decode(old_form_body(params))
-    with pytest.raises(ValueError, match="are references"):
-        PlannedAction(action="evict_node", nodes=["n2"], params=params)
-    assert Codec().decode(old_form_body({}), Decision).plan[1].params == {"reason": "network"}
+    assert Codec().decode(old_form_body({}), Decision).plan[1].params == Removal(reason="network")
+
+
+@pytest.mark.parametrize(("action", "params", "problem"), [
+    ("evict_node", {"kind": "restart", "step": 3}, "evict_node takes removal parameters, not restart"),
+    ("restart_from_checkpoint", {"kind": "restart", "step": "ten"}, "Expected `int | null`, got `str`"),
+    ("self_check", {"kind": "self_check", "checks": "all_gather"}, "Expected `array`, got `str`"),
+    ("stop", {"kind": "machine_check", "check_id": "c", "machines": ["n1"], "node_rank": 0, "deadline": 1.0,
+              "rendezvous": {"host": "n1", "port": 1}}, "stop takes none parameters, not machine_check"),
+])
+def test_parameters_that_do_not_fit_the_action_fail_to_decode(action: str, params: dict[str, Any],
+                                                             problem: str) -> None:
+    """A misspelt, mistyped or misplaced parameter never reaches an executor or agent as a default."""
+    body = json.dumps({"type": "action_command", "ts": 1.0, "id": "c", "action": action, "params": params}).encode()
+    with pytest.raises(DecodeError, match=re.escape(problem)):
+        Codec().decode(body)
+
+
+def test_a_step_written_without_parameters_gets_its_actions_defaults() -> None:
+    assert PlannedAction(action="evict_node").params == Removal()
+    assert PlannedAction(action="self_check", params=NoParams(reason="why")).params == SelfCheck(reason="why")
+    with pytest.raises(ValueError, match="self_check takes self_check parameters, not restart"):
+        PlannedAction(action="self_check", params=Restart())

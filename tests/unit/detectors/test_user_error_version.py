@@ -25,5 +25,5 @@ def test_rollback_targets_the_version_before_the_one_that_failed() -> None:
     decision = DecisionEngine(registry).decide(incident)
     assert decision.rule == "user_error.rollback_code"
     [step] = decision.plan
-    assert step.action == "rollback_code" and step.params["code_version"] == "v1"
-    assert step.params["step"] == 100
+    assert step.action == "rollback_code" and step.params.code_version == "v1"
+    assert step.params.step == 100

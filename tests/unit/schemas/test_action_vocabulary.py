@@ -7,6 +7,7 @@ from typing import get_args
 import msgspec
 import pytest
 
+from schemas.action_params import ActionParams, NoParams, Removal
 from schemas.actions import (
     ACTIONS,
     AGENT_ACTIONS,
@@ -18,6 +19,8 @@ from schemas.actions import (
     RESTARTS_JOB,
     STOP_PLAN_ON_FAILURE,
     ActionName,
+    agent_params,
+    params_problem,
 )
 from schemas.records import PlannedAction
 
@@ -46,3 +49,23 @@ def test_records_accept_only_names_from_the_table() -> None:
     assert msgspec.convert({"action": "evict_node"}, PlannedAction).action == "evict_node"
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert({"action": "reboot_everything"}, PlannedAction)
+
+
+def test_every_row_names_a_params_struct_of_the_wire_union() -> None:
+    """Each action's parameters default-construct and round-trip through the tagged union with their tag."""
+    union = set(get_args(ActionParams))
+    for name, spec in ACTIONS.items():
+        assert spec.params in union, name
+        step = PlannedAction(action=name)
+        wire = msgspec.json.encode(step.params)
+        assert msgspec.json.decode(wire, type=ActionParams) == step.params == spec.params()
+
+
+def test_an_agent_verb_gets_parameters_it_takes() -> None:
+    """Translated for the agents, an eviction is a stop: its Slurm job id stays behind, its reason goes."""
+    for name in AGENT_TRANSLATION:
+        verb = ACTIONS[name].agent_verb
+        sent = agent_params(name, ACTIONS[name].params(reason="why"))
+        assert params_problem(verb, sent) == "" and sent.reason == "why"  # type: ignore[arg-type]
+    assert agent_params("evict_node", Removal(slurm_job_id="42")) == NoParams()
+

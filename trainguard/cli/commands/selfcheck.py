@@ -16,8 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
+import msgspec
+
+from schemas.action_params import MachineCheck, Replay, SelfCheck
 from trainguard.settings import Settings
 
 
@@ -26,7 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="Run GPU self-test (dcgmi, if present), all-to-all within each machine, "
                        "all-gather between neighbours and a bitwise alignment test, cheapest first, stopping at "
                        "the first stage that names a machine; or one phase of a dual-phase SDC replay. A command "
-                       "act fanned out (params.node_rank) runs only this machine's ranks and prints its report; "
+                       "act fanned out (a machine_check) runs only this machine's ranks and prints its report; "
                        "--machines runs every named machine's part on this host. Prints one JSON object; "
                        "exit 0 = passed, 1 = failed, 2 = bad input.")
     p.add_argument("--command-json", metavar="JSON",
@@ -46,43 +48,39 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps({"passed": False, "error": str(exc)}))
         print(f"trainguard selfcheck: {exc}", file=sys.stderr)
         return 2
-    if "node_rank" in params:
+    if isinstance(params, MachineCheck):
         return _run_machine(action, params)
     from collectors.agent.selfcheck.hierarchy import run_hierarchy, run_replay
 
-    timeout_s = float(params.get("timeout_s", args.timeout))
-    if action == "replay_regroup":
-        report = run_replay([list(map(str, g)) for g in params["groups"]], timeout_s=timeout_s)
+    if isinstance(params, Replay):
+        report = run_replay(params.groups, timeout_s=args.timeout if params.timeout_s is None else params.timeout_s)
+        machines = [m for g in params.groups for m in g]
     else:
-        report = run_hierarchy([str(m) for m in params["machines"]], checks=list(params["checks"]),
-                               ppn=int(params.get("procs_per_machine", args.procs_per_machine)), timeout_s=timeout_s)
-    machines = [m for g in params["groups"] for m in g] if action == "replay_regroup" else params["machines"]
-    out = {"action": action, "phase": params.get("phase"), "machines": machines, **report.as_dict()}
-    print(json.dumps(out))
+        ppn = params.procs_per_machine or args.procs_per_machine
+        report = run_hierarchy(params.machines, checks=params.checks, ppn=ppn,
+                               timeout_s=args.timeout if params.timeout_s is None else params.timeout_s)
+        machines = params.machines
+    phase = params.phase if isinstance(params, Replay) else None
+    print(json.dumps({"action": action, "phase": phase, "machines": machines, **report.as_dict()}))
     return 0 if report.passed else 1
 
 
-def _run_machine(action: str, params: dict[str, Any]) -> int:
+def _run_machine(action: str, params: MachineCheck) -> int:
     """This machine's part of a fanned-out check; act aggregates the reports."""
     from collectors.agent.selfcheck.machine import MachineSpec, machine_passed, run_machine
 
-    try:
-        spec = MachineSpec.from_params(params)
-    except ValueError as exc:
-        print(json.dumps({"passed": False, "error": str(exc)}))
-        print(f"trainguard selfcheck: --command-json {exc}", file=sys.stderr)
-        return 2
+    spec = MachineSpec.from_check(params)
     report = run_machine(spec)
     passed = machine_passed(report)  # this machine's own view; with others checked, act's verdict decides
     # Only a check of this machine alone vouches for it (the console returns a node on such a report);
     # with others, its own ranks can all pass while its digest is the odd one out.
     alone = {"machines": spec.machines} if len(spec.machines) == 1 else {}
-    print(json.dumps({"action": action, "phase": params.get("phase"), "check_id": spec.check_id,
+    print(json.dumps({"action": action, "phase": params.phase, "check_id": spec.check_id,
                       "machine": spec.machine, **alone, "passed": passed, "machine_report": report}))
     return 0 if passed else 1
 
 
-def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+def _request(args: argparse.Namespace) -> tuple[str, SelfCheck | Replay | MachineCheck]:
     """(action, params) from --command-json or the flags; ValueError names the problem."""
     checks = [c for c in args.checks.split(",") if c]
     if args.command_json:
@@ -93,20 +91,20 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
             command = decode(args.command_json, ActionCommand)
         except DecodeError as exc:
             raise ValueError(f"--command-json: {exc}") from None
-        params = dict(command.params)
-        if command.action == "replay_regroup":
-            groups = params.get("groups")
-            if not isinstance(groups, list) or not groups:
+        p = command.params
+        if isinstance(p, MachineCheck):
+            return command.action, p
+        if isinstance(p, Replay):
+            if not p.groups:
                 raise ValueError("--command-json: replay_regroup needs params.groups (lists of machines)")
-            return "replay_regroup", params
-        if command.action != "self_check":
+            return "replay_regroup", p
+        if not isinstance(p, SelfCheck):
             raise ValueError(f"--command-json: action {command.action!r} is not self_check or replay_regroup")
-        params.setdefault("machines", command.nodes)
-        params.setdefault("checks", checks)
+        params = msgspec.structs.replace(p, machines=p.machines or list(command.nodes), checks=p.checks or checks)
     elif args.machines:
-        params = {"machines": [m for m in args.machines.split(",") if m], "checks": checks}
+        params = SelfCheck(machines=[m for m in args.machines.split(",") if m], checks=checks)
     else:
         raise ValueError("give --command-json or --machines")
-    if not params["machines"]:
+    if not params.machines:
         raise ValueError("no machines to check")
     return "self_check", params

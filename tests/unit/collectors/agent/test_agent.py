@@ -18,7 +18,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fakes import ListSink
 
 from collectors.agent.node_agent import Agent
-from schemas.codec import Codec
+from schemas.action_params import Restart
+from schemas.codec import Codec, DecodeError
 from schemas.records import ActionCommand, ActionResult, AttemptKey, AuditEntry, LogEvent
 from schemas.signing import KeyRing, Received, Signer, attempt_key_id, load_signer, public_from_b64
 
@@ -85,7 +86,7 @@ def test_signature_covers_the_bytes_sent_not_a_re_encoding(make_agent) -> None: 
     agent, _ = make_agent()
     now = int(time.time())
     payload = json.dumps({"type": "action_command", "ts": now, "expires": now + 60, "id": "int-ts",
-                          "action": "dump_stacks", "job": "j", "params": {"repeat": 1}}).encode()
+                          "action": "dump_stacks", "job": "j", "params": {"kind": "dump_stacks", "repeat": 1}}).encode()
     command = Codec().decode(payload, ActionCommand)
     result = agent.handle(Received(command, payload, ACT.headers(payload)))
     assert result is not None and result.status != "rejected"
@@ -107,7 +108,7 @@ def test_rotation_accepts_every_configured_key(make_agent, tmp_path: Path) -> No
 def test_idempotent_across_agent_restart_and_attempt_persists(make_agent) -> None:  # type: ignore[no-untyped-def]
     agent, sink = make_agent()
     agent.start()
-    restart = cmd("r1", "restart_from_checkpoint", params={"step": 40, "path": "/ckpt/40"})
+    restart = cmd("r1", "restart_from_checkpoint", params=Restart(step=40, path="/ckpt/40"))
     first = agent.handle(restart)
     assert first is not None and first.status == "ok" and first.details["TRAINGUARD_ATTEMPT"] == "1"
     assert agent.handle(restart).status == "skipped"  # type: ignore[union-attr]
@@ -161,10 +162,13 @@ def test_training_process_never_sees_key_settings(make_agent, monkeypatch: pytes
 def test_bad_params_fail_clearly(make_agent) -> None:  # type: ignore[no-untyped-def]
     agent, _ = make_agent()
     agent.start()
-    no_version = agent.handle(cmd("h", "hot_update", params={}))
+    no_version = agent.handle(cmd("h", "hot_update", params=Restart()))
     assert no_version is not None and no_version.status == "failed" and "code_version" in no_version.message
-    bad_step = agent.handle(cmd("s", "restart_from_checkpoint", params={"step": "ten"}))
-    assert bad_step is not None and bad_step.status == "failed" and "params.step" in bad_step.message
+    now = time.time()  # a mistyped step never becomes a command: the agent's feed dead-letters what fails to decode
+    bad_step = {"type": "action_command", "ts": now, "expires": now + 60, "id": "s", "action": "restart_from_checkpoint",
+                "job": "j", "params": {"kind": "restart", "step": "ten"}}
+    with pytest.raises(DecodeError, match=r"\$\.params\.step"):
+        Codec().decode(json.dumps(bad_step).encode())
 
 
 def test_selfcheck_output_and_missing_command(make_agent) -> None:  # type: ignore[no-untyped-def]
@@ -192,9 +196,9 @@ def test_restart_adopts_the_job_generation_from_the_command(make_agent) -> None:
     """A standby that never ran joins at the job's generation, not at its own count of 1."""
     agent, _ = make_agent()
     agent.start()
-    result = agent.handle(cmd("g1", "restart_from_checkpoint", params={"step": 40, "path": "/c/40", "attempt": 6}))
+    result = agent.handle(cmd("g1", "restart_from_checkpoint", params=Restart(step=40, path="/c/40", attempt=6)))
     assert result is not None and result.details["TRAINGUARD_ATTEMPT"] == "6"
-    agent.handle(cmd("g2", "restart_from_checkpoint", params={"step": 40, "path": "/c/40"}))
+    agent.handle(cmd("g2", "restart_from_checkpoint", params=Restart(step=40, path="/c/40")))
     assert agent.state.attempt == 7  # without a generation: its own count goes on
     agent.proc.stop(grace_s=1.0)
 
@@ -246,7 +250,7 @@ def test_an_exit_act_commanded_says_so_and_a_crash_does_not(make_agent) -> None:
     """The detectors tell act's own stops from crashes by this marker (issue 22: every crash is an incident)."""
     agent, sink = make_agent()
     agent.start()
-    agent.handle(cmd("r1", "restart_from_checkpoint", params={"step": 4, "path": "/c/4"}))
+    agent.handle(cmd("r1", "restart_from_checkpoint", params=Restart(step=4, path="/c/4")))
     agent.handle(cmd("s1", "stop"))
     exits = [e for e in sink.records if isinstance(e, LogEvent) and e.category == "exit"]
     assert [e.message.endswith(f"(stopped by command {a})") for e, a in zip(exits, ("restart", "stop"))] == [True] * 2
@@ -280,7 +284,7 @@ def test_each_start_mints_an_attempt_key_handed_over_as_a_0600_file_and_announce
     ring = KeyRing({announced.key_id: public_from_b64(announced.public_key)})
     assert ring.check(b"checkpoint", signer.headers(b"checkpoint")) == (announced.key_id, "")
 
-    result = agent.handle(cmd("r", "restart_from_checkpoint", params={"step": 1, "path": "/c/1", "attempt": 6}))
+    result = agent.handle(cmd("r", "restart_from_checkpoint", params=Restart(step=1, path="/c/1", attempt=6)))
     assert result is not None and result.status == "ok"
     while agent.check_exit() is None:
         time.sleep(0.05)

@@ -21,6 +21,7 @@ from fakes import ListSink
 from collectors.agent.node_agent import Agent
 from detectors.logs import UserErrorDetector
 from detectors.pipeline import DetectionPipeline
+from schemas.action_params import ActionParams, NoParams, Restart
 from schemas.codec import Codec
 from schemas.records import ActionCommand, Heartbeat, Incident, Record
 from schemas.signing import KeyRing, Received, Signer
@@ -38,10 +39,10 @@ def agent(tmp_path: Path, argv: list[str] = SLEEPER) -> tuple[Agent, ListSink]:
                  state_dir=tmp_path / "state", grace_s=1.0, tee=lambda line, stream: None), sink
 
 
-def command(i: str, action: str, **params: object) -> Received:
+def command(i: str, action: str, params: ActionParams | None = None) -> Received:
     now = time.time()
     payload = Codec().encode(ActionCommand(ts=now, expires=now + 60, id=i, action=action, job="j",  # type: ignore[arg-type]
-                                           params=params))
+                                           params=params or NoParams()))
     return Received(Codec().decode(payload), payload, ACT.headers(payload))  # type: ignore[arg-type]
 
 
@@ -86,7 +87,7 @@ def test_a_real_process_act_restarts_then_stops_raises_no_incident(tmp_path: Pat
     a.start()
     try:
         wait_ready(ready)
-        assert a.handle(command("r1", "restart_from_checkpoint", step=None, path=None)).status == "ok"  # type: ignore[union-attr]
+        assert a.handle(command("r1", "restart_from_checkpoint", Restart())).status == "ok"  # type: ignore[union-attr]
         wait_ready(ready)
         assert a.handle(command("s1", "stop")).status == "ok"  # type: ignore[union-attr]
     finally:
