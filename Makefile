@@ -62,7 +62,8 @@ bench: install broker-start
 
 # Lint and types before any test runs (make test depends on it): ruff's rules and mypy's
 # disallow_untyped_defs, both configured in pyproject.toml and pinned in the test extra.
-LINTED := schemas detectors actions streams collectors trainguard lab benchmarks
+# trainguard holds every room (trainguard/<room> links to the top-level folders), so mypy sees each module once.
+LINTED := trainguard benchmarks
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.kinds import SEVERITY as SEVERITY  # critical for faults that stop a job: a column of the kinds table
-from schemas.records import Decision, Incident
+from trainguard.schemas.kinds import (
+    SEVERITY as SEVERITY,  # critical for faults that stop a job: a column of the kinds table
+)
+from trainguard.schemas.records import Decision, Incident
 
 BLOCKED = frozenset({"blocked", "awaiting_approval", "failed"})
 

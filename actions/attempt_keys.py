@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from schemas.bounded import Bounded
-from schemas.records import AttemptKey, CheckpointEvent, JobTopology
-from schemas.signing import KID_HEADER, SIG_HEADER, parse_key_id, public_b64, public_from_b64
+from trainguard.schemas.bounded import Bounded
+from trainguard.schemas.records import AttemptKey, CheckpointEvent, JobTopology
+from trainguard.schemas.signing import KID_HEADER, SIG_HEADER, parse_key_id, public_b64, public_from_b64
 
 JobRecord = CheckpointEvent | JobTopology
 Headers = Sequence[tuple[str, bytes]]

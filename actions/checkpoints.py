@@ -14,10 +14,10 @@ from typing import Any
 
 import msgspec
 
-from actions.restore import RestorePlan, TierIndex
-from schemas.action_params import RestoreTier
-from schemas.bounded import Bounded
-from schemas.records import CheckpointEvent
+from trainguard.actions.restore import RestorePlan, TierIndex
+from trainguard.schemas.action_params import RestoreTier
+from trainguard.schemas.bounded import Bounded
+from trainguard.schemas.records import CheckpointEvent
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class _JobCheckpoints:
 class CheckpointRegistry:
     """Per-job sorted index of saved checkpoints.
 
-    >>> from schemas.records import CheckpointEvent
+    >>> from trainguard.schemas.records import CheckpointEvent
     >>> reg = CheckpointRegistry()
     >>> reg.observe(CheckpointEvent(ts=1.0, job="j", step=100, path="/c/100"))
     >>> reg.observe(CheckpointEvent(ts=2.0, job="j", step=200, path="/c/200"))

@@ -57,22 +57,22 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
-from actions.attempt_keys import PREFIX as KEYS_PREFIX
-from actions.attempt_keys import AttemptKeys, Held
-from actions.engine import DecisionEngine
-from actions.ettr import EttrAccount
-from actions.knowledge import JobKnowledge
-from actions.lemons import STATE_KEY as LEMONS_KEY
-from actions.lemons import LemonPolicy
-from actions.lemons import quarantined as lemon_nodes
-from actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command, record_selfcheck
-from actions.quarantine import Quarantine
-from actions.rollout import ROLLOUT_KINDS
-from actions.runner import PlanRunner
-from actions.verdicts import CLI_VERDICT_PREFIX, VerdictPolicy, low_rules, precision
-from schemas.actions import AGENT_TRANSLATION
-from schemas.bounded import Bounded, bounded_evictions
-from schemas.records import (
+from trainguard.actions.attempt_keys import PREFIX as KEYS_PREFIX
+from trainguard.actions.attempt_keys import AttemptKeys, Held
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.ettr import EttrAccount
+from trainguard.actions.knowledge import JobKnowledge
+from trainguard.actions.lemons import STATE_KEY as LEMONS_KEY
+from trainguard.actions.lemons import LemonPolicy
+from trainguard.actions.lemons import quarantined as lemon_nodes
+from trainguard.actions.operator import DEFAULT_MAX_AGE_S, apply_operator_command, record_selfcheck
+from trainguard.actions.quarantine import Quarantine
+from trainguard.actions.rollout import ROLLOUT_KINDS
+from trainguard.actions.runner import PlanRunner
+from trainguard.actions.verdicts import CLI_VERDICT_PREFIX, VerdictPolicy, low_rules, precision
+from trainguard.schemas.actions import AGENT_TRANSLATION
+from trainguard.schemas.bounded import Bounded, bounded_evictions
+from trainguard.schemas.records import (
     ActionResult,
     AttemptKey,
     AuditEntry,
@@ -84,7 +84,7 @@ from schemas.records import (
     Record,
     TrainingStep,
 )
-from schemas.signing import KeyRing, command_problem, signed_by_node
+from trainguard.schemas.signing import KeyRing, command_problem, signed_by_node
 
 log = logging.getLogger(__name__)
 OnDecision = Callable[[Incident, Decision], None]

@@ -19,15 +19,15 @@ from typing import Any
 
 import msgspec
 
-from actions.checkpoints import Checkpoint, CheckpointRegistry
-from actions.replay import plan_regroupings
-from actions.topology import Topology
-from schemas.action_params import NoParams, Removal, Replay, Restart, SelfCheck
-from schemas.bounded import Bounded
-from schemas.ids import anomaly_id
-from schemas.kinds import SICK_NODE_KINDS
-from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit, StepCondition, StepRef
-from schemas.records import Decision, Incident, JobTopology
+from trainguard.actions.checkpoints import Checkpoint, CheckpointRegistry
+from trainguard.actions.replay import plan_regroupings
+from trainguard.actions.topology import Topology
+from trainguard.schemas.action_params import NoParams, Removal, Replay, Restart, SelfCheck
+from trainguard.schemas.bounded import Bounded
+from trainguard.schemas.ids import anomaly_id
+from trainguard.schemas.kinds import SICK_NODE_KINDS
+from trainguard.schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit, StepCondition, StepRef
+from trainguard.schemas.records import Decision, Incident, JobTopology
 
 SELF_CHECKS = ["dcgm", "all_to_all", "all_gather", "bitwise"]
 

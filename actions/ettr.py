@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.actions import DIAGNOSES
-from schemas.bounded import Bounded
-from schemas.records import ActionResult, Incident, Record, TrainingStep
+from trainguard.schemas.actions import DIAGNOSES
+from trainguard.schemas.bounded import Bounded
+from trainguard.schemas.records import ActionResult, Incident, Record, TrainingStep
 
 CATEGORIES = ("detection", "localisation", "failover", "recompute")
 
@@ -69,7 +69,7 @@ class _Job:
 class EttrAccount:
     """Accumulates steps, incidents and action results per job.
 
-    >>> from schemas.records import TrainingStep, Incident
+    >>> from trainguard.schemas.records import TrainingStep, Incident
     >>> acc = EttrAccount()
     >>> for s in range(1, 5):
     ...     acc.observe(TrainingStep(ts=float(s), job="j", rank=0, node="n", step=s, loss=1.0, step_time_s=1.0))

@@ -26,9 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from actions.state_items import Item
-from schemas.codec import Codec
-from schemas.records import ActionCommand, ActionResult, Decision
+from trainguard.actions.state_items import Item
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import ActionCommand, ActionResult, Decision
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (

@@ -24,13 +24,13 @@ from typing import Any
 
 import msgspec
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from actions.ettr import EttrAccount
-from actions.journal import Journal
-from actions.restore import JOURNALED
-from schemas.bounded import Bounded
-from schemas.records import CheckpointEvent, JobTopology
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.ettr import EttrAccount
+from trainguard.actions.journal import Journal
+from trainguard.actions.restore import JOURNALED
+from trainguard.schemas.bounded import Bounded
+from trainguard.schemas.records import CheckpointEvent, JobTopology
 
 _CKPT = "ckpt:"
 _TOPO = "topology:"

@@ -35,7 +35,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from schemas.kinds import BLAMES_A_LONE_NODE, BLAMES_EVERY_NODE
+from trainguard.schemas.kinds import BLAMES_A_LONE_NODE, BLAMES_EVERY_NODE
 
 STATE_KEY = "lemons"
 DEFAULT_KINDS = BLAMES_EVERY_NODE  # schemas.kinds: the machine's own faults

@@ -43,10 +43,10 @@ from typing import Any
 
 import msgspec
 
-from actions.lemons import is_quarantined, node_entry, release
-from actions.rollout import RolloutPolicy, apply_change, overridden
-from actions.verdicts import apply_verdict
-from schemas.records import AuditEntry, Decision, OperatorCommand
+from trainguard.actions.lemons import is_quarantined, node_entry, release
+from trainguard.actions.rollout import RolloutPolicy, apply_change, overridden
+from trainguard.actions.verdicts import apply_verdict
+from trainguard.schemas.records import AuditEntry, Decision, OperatorCommand
 
 DEFAULT_MAX_AGE_S = 300.0
 

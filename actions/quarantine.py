@@ -17,10 +17,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from actions import lemons
-from actions.lemons import LemonMarker, LemonPolicy
-from actions.runner import PlanRunner
-from schemas.records import AuditEntry, Decision, Record
+from trainguard.actions import lemons
+from trainguard.actions.lemons import LemonMarker, LemonPolicy
+from trainguard.actions.runner import PlanRunner
+from trainguard.schemas.records import AuditEntry, Decision, Record
 
 log = logging.getLogger(__name__)
 Submit = Callable[[Callable[[], None]], object]

@@ -9,7 +9,7 @@ before the fault's first bad step wins (a NaN or SDC poisons everything from
 its onset on); for each rank the fastest usable tier is chosen, and the plan
 records it so the post-mortem can say where every rank restored from.
 
-    >>> from schemas.records import CheckpointEvent as E
+    >>> from trainguard.schemas.records import CheckpointEvent as E
     >>> idx = TierIndex()
     >>> for r, node in ((0, "a"), (1, "b")):
     ...     idx.observe(E(ts=1.0, job="j", step=7, path=f"mem://{node}", rank=r, tier="memory", world_size=2,
@@ -26,9 +26,9 @@ import bisect
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from schemas.action_params import RestoreTier
-from schemas.bounded import Bounded
-from schemas.records import CheckpointEvent
+from trainguard.schemas.action_params import RestoreTier
+from trainguard.schemas.bounded import Bounded
+from trainguard.schemas.records import CheckpointEvent
 
 PREFERENCE: tuple[str, ...] = ("memory", "disk", "peer", "durable")
 # Memory and peer copies are announced every step and replaced within a step: a restarted action

@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
-from actions.safety import CircuitBreaker, Cooldown, needs_approval
-from schemas.actions import REMOVES_NODE
-from schemas.kinds import ANOMALY_KINDS
-from schemas.records import Decision
+from trainguard.actions.safety import CircuitBreaker, Cooldown, needs_approval
+from trainguard.schemas.actions import REMOVES_NODE
+from trainguard.schemas.kinds import ANOMALY_KINDS
+from trainguard.schemas.records import Decision
 
 Mode = Literal["observe", "approve", "auto"]
 MODES: tuple[str, ...] = get_args(Mode)

@@ -23,24 +23,24 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from actions.executors.base import Clock, Executor
-from actions.executors.registry import Routes
-from actions.journal import Journal
-from actions.lemons import STATE_KEY as LEMONS_KEY
-from actions.lemons import is_quarantined
-from actions.replay import ReplayPlan, locate
-from actions.rollout import RolloutPolicy, would_block
-from actions.safety import CircuitBreaker, Cooldown
-from actions.selfcheck.fanout import FanOut, machine_command_id
-from actions.settings import SelfCheckSettings
-from actions.standby import PoolExhausted, StandbyPool
-from actions.topology import Topology
-from schemas.action_params import ActionParams, Replay, Restart
-from schemas.actions import CLUSTER_ACTIONS, DIAGNOSES, REMOVES_NODE, RESTARTS_JOB, STOP_PLAN_ON_FAILURE
-from schemas.bounded import Bounded
-from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit
-from schemas.records import ActionCommand, ActionResult, AuditEntry, Decision, Record
-from schemas.signing import new_command_id
+from trainguard.actions.executors.base import Clock, Executor
+from trainguard.actions.executors.registry import Routes
+from trainguard.actions.journal import Journal
+from trainguard.actions.lemons import STATE_KEY as LEMONS_KEY
+from trainguard.actions.lemons import is_quarantined
+from trainguard.actions.replay import ReplayPlan, locate
+from trainguard.actions.rollout import RolloutPolicy, would_block
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.selfcheck.fanout import FanOut, machine_command_id
+from trainguard.actions.settings import SelfCheckSettings
+from trainguard.actions.standby import PoolExhausted, StandbyPool
+from trainguard.actions.topology import Topology
+from trainguard.schemas.action_params import ActionParams, Replay, Restart
+from trainguard.schemas.actions import CLUSTER_ACTIONS, DIAGNOSES, REMOVES_NODE, RESTARTS_JOB, STOP_PLAN_ON_FAILURE
+from trainguard.schemas.bounded import Bounded
+from trainguard.schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit
+from trainguard.schemas.records import ActionCommand, ActionResult, AuditEntry, Decision, Record
+from trainguard.schemas.signing import new_command_id
 
 Emit = Callable[[Record], None]  # where the runner writes commands, results and audit entries
 T = TypeVar("T")

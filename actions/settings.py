@@ -11,11 +11,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from actions.executors.names import LOCAL, check_names, expand_legacy
-from actions.lemons import DEFAULT_KINDS, DEFAULT_LOCALISED, LemonPolicy
-from actions.rollout import Mode, RolloutPolicy
-from actions.verdicts import VerdictPolicy
-from schemas.kinds import ANOMALY_KINDS
+from trainguard.actions.executors.names import LOCAL, check_names, expand_legacy
+from trainguard.actions.lemons import DEFAULT_KINDS, DEFAULT_LOCALISED, LemonPolicy
+from trainguard.actions.rollout import Mode, RolloutPolicy
+from trainguard.actions.verdicts import VerdictPolicy
+from trainguard.schemas.kinds import ANOMALY_KINDS
 
 
 class KubernetesSettings(BaseModel):

@@ -31,8 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from schemas.actions import REMOVES_NODE, RESTARTS_JOB
-from schemas.records import Decision
+from trainguard.schemas.actions import REMOVES_NODE, RESTARTS_JOB
+from trainguard.schemas.records import Decision
 
 ACTED = ("planned", "executed", "failed")  # statuses of decisions taken in auto (planned: still running)
 VERDICTS = ("true", "false", "unsure")

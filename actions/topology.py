@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from schemas.records import JobTopology
+from trainguard.schemas.records import JobTopology
 
 
 @dataclass(frozen=True)

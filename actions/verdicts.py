@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.records import Decision, OperatorCommand
+from trainguard.schemas.records import Decision, OperatorCommand
 
 VALUES = ("true", "false", "unsure")
 MAX_VERDICTS = 20_000  # incidents remembered; the oldest verdict goes first

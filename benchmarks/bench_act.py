@@ -38,12 +38,12 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
 
-from actions.journal import Journal
-from lab.localkafka.broker import LocalBroker
-from schemas.codec import Codec
-from schemas.records import ActionCommand, ActionResult, Incident, JobTopology, Record, TrainingStep
-from schemas.signing import generate, load_signer
-from schemas.topics import Topics, key_for
+from trainguard.actions.journal import Journal
+from trainguard.lab.localkafka.broker import LocalBroker
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import ActionCommand, ActionResult, Incident, JobTopology, Record, TrainingStep
+from trainguard.schemas.signing import generate, load_signer
+from trainguard.schemas.topics import Topics, key_for
 from trainguard.settings import BrokerSettings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from schemas.records import Record
+from trainguard.schemas.records import Record
 
 REAL_STEP_S = 0.1
 WARM = 20  # steps before the clock starts: setup, first-step allocations, the checkpoint layout

@@ -16,8 +16,8 @@ from typing import Any
 
 import msgspec
 
-from schemas.codec import AnyRecord, Codec
-from schemas.records import GpuStats, NodeGpuSample, TrainingStep, XidEvent
+from trainguard.schemas.codec import AnyRecord, Codec
+from trainguard.schemas.records import GpuStats, NodeGpuSample, TrainingStep, XidEvent
 
 TARGET_PER_S = 500_000
 

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from schemas.kinds import ANOMALY_KINDS
-from schemas.records import (
+from trainguard.schemas.kinds import ANOMALY_KINDS
+from trainguard.schemas.records import (
     ActionCommand,
     ActionResult,
     Anomaly,
@@ -43,12 +43,12 @@ from schemas.records import (
     PlannedAction,
     TrainingStep,
 )
-from schemas.topics import Topics
-from streams.console.app import create_app
-from streams.console.auth import Authenticator, User
-from streams.console.feed import ConsoleFeed
-from streams.console.settings import ConsoleSettings
-from streams.console.state import ConsoleState
+from trainguard.schemas.topics import Topics
+from trainguard.streams.console.app import create_app
+from trainguard.streams.console.auth import Authenticator, User
+from trainguard.streams.console.feed import ConsoleFeed
+from trainguard.streams.console.settings import ConsoleSettings
+from trainguard.streams.console.state import ConsoleState
 
 TOKEN = "bench-operator"
 KINDS = ANOMALY_KINDS

@@ -67,13 +67,13 @@ from typing import Any
 
 from benchmarks.bench_gc import FETCH, TOPICS, GcClock, Raw, as_fetch, hot_loop
 from benchmarks.bench_pipeline import events_per_node_s, fleet_second
-from detectors.pipeline import DetectionPipeline
-from detectors.settings import DetectorSettings
-from schemas.codec import Codec
-from schemas.records import Record
-from schemas.topics import key_for
-from streams.worker import heap
-from streams.worker.batch_loop import BatchLoop
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.detectors.settings import DetectorSettings
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import Record
+from trainguard.schemas.topics import key_for
+from trainguard.streams.worker import heap
+from trainguard.streams.worker.batch_loop import BatchLoop
 
 
 def scenario(nodes: int, minutes: float) -> dict[str, Any]:
@@ -93,8 +93,8 @@ def scenario(nodes: int, minutes: float) -> dict[str, Any]:
 
 def simulate(nodes: int, minutes: float) -> list[Record]:
     """The fleet's records, in event-time order."""
-    from lab.telemetry_sim import run_scenario
-    from lab.telemetry_sim.scenario import parse_scenario
+    from trainguard.lab.telemetry_sim import run_scenario
+    from trainguard.lab.telemetry_sim.scenario import parse_scenario
 
     events, _ = run_scenario(parse_scenario(scenario(nodes, minutes), "bench"))
     return list(events)
@@ -117,8 +117,8 @@ def detector_throughput(records: list[Record], repeats: int = 3) -> tuple[float,
 def backtest_throughput(records: list[Record]) -> tuple[float, float]:
     """Events/s of the full backtest (read + decode + detect) over a JSON Lines file, and of
     reading and decoding that file alone (the baseline), each the best of three."""
-    from lab.backtest.runner import run_backtest
-    from streams.recording import read_recording, write_recording
+    from trainguard.lab.backtest.runner import run_backtest
+    from trainguard.streams.recording import read_recording, write_recording
 
     full = decode = 0.0
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,9 +27,9 @@ from typing import Any
 
 from river import drift
 
-from detectors.slowdown import SlowdownDetector
-from lab.telemetry_sim import load_scenario, run_scenario
-from schemas.records import TrainingStep
+from trainguard.detectors.slowdown import SlowdownDetector
+from trainguard.lab.telemetry_sim import load_scenario, run_scenario
+from trainguard.schemas.records import TrainingStep
 
 ROOT = Path(__file__).resolve().parent.parent
 TUNING = ["scenarios/tuning/fleet-c.yaml", "scenarios/tuning/fleet-messy.yaml", "scenarios/tuning/noisy-12h.yaml"]

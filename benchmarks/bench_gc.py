@@ -28,15 +28,15 @@ from typing import Any
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from benchmarks.bench_pipeline import fleet_second
-from detectors.pipeline import DetectionPipeline
-from schemas.codec import Codec
-from schemas.topics import Topics, key_for
-from streams.worker import heap
-from streams.worker.batch_loop import BatchLoop
-from streams.worker.skew import ClockSkewEstimator
-from streams.worker.tasks import NodeJobTable, TaskFactory
-from streams.worker.watermark import EventClock
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.topics import Topics, key_for
 from trainguard.settings import BrokerSettings, load_settings
+from trainguard.streams.worker import heap
+from trainguard.streams.worker.batch_loop import BatchLoop
+from trainguard.streams.worker.skew import ClockSkewEstimator
+from trainguard.streams.worker.tasks import NodeJobTable, TaskFactory
+from trainguard.streams.worker.watermark import EventClock
 
 TOPICS = Topics("gcb.")
 FETCH = 5000

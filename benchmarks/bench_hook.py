@@ -86,8 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
-    from collectors.publisher import Publisher
-    from schemas.topics import Topics
+    from trainguard.collectors.publisher import Publisher
+    from trainguard.schemas.topics import Topics
 
     model = torch.nn.Linear(256, 256)
     print(f"hook overhead, {args.steps} steps of {STEP_S * 1000:.0f} ms (target <= 1% = {STEP_S * 10:.1f} ms/step)")

@@ -19,11 +19,11 @@ import sys
 import tracemalloc
 from collections.abc import Sequence
 
-import detectors.common as common
-from detectors.common import bounded_evictions
-from detectors.pipeline import DetectionPipeline
-from detectors.settings import DetectorSettings
-from schemas.records import Heartbeat, TrainingStep
+import trainguard.detectors.common as common
+from trainguard.detectors.common import bounded_evictions
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.detectors.settings import DetectorSettings
+from trainguard.schemas.records import Heartbeat, TrainingStep
 
 
 def feed(pipe: DetectionPipeline, ranks: int, steps: int = 3) -> None:

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detectors.metric_anomaly import MetricAnomalyDetector
-from schemas.codec import Codec
-from schemas.records import CustomMetric
+from trainguard.detectors.metric_anomaly import MetricAnomalyDetector
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import CustomMetric
 
 N = 2000
 GRACE = 20

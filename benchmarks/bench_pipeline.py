@@ -40,11 +40,11 @@ from aiokafka import AIOKafkaProducer
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from benchmarks.bench_codec import sample
-from schemas.codec import Codec
-from schemas.records import Heartbeat, NodeGpuSample, RdmaPort, RdmaSample, Record, TrainingStep, XidEvent
-from schemas.topics import Topics, key_for
-from streams.admin import ensure_topics
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import Heartbeat, NodeGpuSample, RdmaPort, RdmaSample, Record, TrainingStep, XidEvent
+from trainguard.schemas.topics import Topics, key_for
 from trainguard.settings import load_settings
+from trainguard.streams.admin import ensure_topics
 
 RANKS_PER_NODE = 8
 HEARTBEAT_S = 5

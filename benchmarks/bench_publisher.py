@@ -22,10 +22,10 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from collectors.publisher import Publisher
-from schemas.codec import Codec
-from schemas.records import TrainingStep
-from schemas.topics import Topics
+from trainguard.collectors.publisher import Publisher
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import TrainingStep
+from trainguard.schemas.topics import Topics
 
 
 def records(n: int) -> list[TrainingStep]:

@@ -54,11 +54,11 @@ from kafka import KafkaConsumer, TopicPartition
 
 from benchmarks import cores
 from benchmarks.bench_pipeline import _producer, _send_all, cpu_seconds, sample
-from schemas.codec import Codec
-from schemas.records import NodeGpuSample, Record, TrainingStep
-from schemas.topics import Topics
-from streams.admin import ensure_topics
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import NodeGpuSample, Record, TrainingStep
+from trainguard.schemas.topics import Topics
 from trainguard.settings import load_settings
+from trainguard.streams.admin import ensure_topics
 
 TASK_LINE = re.compile(r"task \d+ (started fresh|restored)")
 Workers = list[tuple[subprocess.Popen[bytes], Path]]

@@ -38,18 +38,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from benchmarks.bench_pipeline import fleet_second
-from detectors.pipeline import DetectionPipeline
-from schemas.kinds import ANOMALY_KINDS
-from schemas.topics import INPUT_TOPICS, Topics
-from streams.worker.metrics import (
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas.kinds import ANOMALY_KINDS
+from trainguard.schemas.topics import INPUT_TOPICS, Topics
+from trainguard.settings import load_settings
+from trainguard.streams.worker.metrics import (
     BATCH_BUCKETS_S,
     StateCensus,
     WorkerMetrics,
     detector_evictions,
     detector_state_sizes,
 )
-from streams.worker.processor import ProcessorStats, RawMessage
-from trainguard.settings import load_settings
+from trainguard.streams.worker.processor import ProcessorStats, RawMessage
 
 
 def fed_pipeline(nodes: int, seconds: int) -> tuple[DetectionPipeline, int]:

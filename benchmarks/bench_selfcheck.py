@@ -25,12 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from actions.selfcheck.fanout import machine_commands
-from actions.settings import SelfCheckSettings
-from schemas.action_params import SelfCheck
-from schemas.codec import encode
-from schemas.records import ActionCommand
-from schemas.selfcheck import aggregate
+from trainguard.actions.selfcheck.fanout import machine_commands
+from trainguard.actions.settings import SelfCheckSettings
+from trainguard.schemas.action_params import SelfCheck
+from trainguard.schemas.codec import encode
+from trainguard.schemas.records import ActionCommand
+from trainguard.schemas.selfcheck import aggregate
 
 CHECKS = ["all_to_all", "all_gather", "bitwise"]
 PPN = 2
@@ -81,7 +81,7 @@ def fanned_out(machines: list[str]) -> dict[str, Any]:
 
 def verdict_at_scale(n: int, ppn: int = 8) -> dict[str, Any]:
     """act's side at fleet size: the pure verdict over n synthetic machine reports (one bit flip)."""
-    from schemas.selfcheck import neighbour_pairs
+    from trainguard.schemas.selfcheck import neighbour_pairs
 
     machines = [f"m{i}" for i in range(n)]
     pairs: dict[str, dict[str, str]] = {m: {} for m in machines}

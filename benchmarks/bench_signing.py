@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from benchmarks.bench_codec import rate
-from schemas.action_params import Restart
-from schemas.codec import Codec
-from schemas.records import ActionCommand
-from schemas.signing import KeyRing, Signer
+from trainguard.schemas.action_params import Restart
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import ActionCommand
+from trainguard.schemas.signing import KeyRing, Signer
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from benchmarks.bench_gc import FETCH, TOPICS, Raw, encoded_mix
-from detectors.pipeline import DetectionPipeline
-from streams.worker.batch_loop import BatchLoop
-from streams.worker.skew import ClockSkewEstimator
-from streams.worker.tasks import NodeJobTable, TaskFactory
-from streams.worker.watermark import EventClock
+from trainguard.detectors.pipeline import DetectionPipeline
 from trainguard.settings import BrokerSettings, load_settings
+from trainguard.streams.worker.batch_loop import BatchLoop
+from trainguard.streams.worker.skew import ClockSkewEstimator
+from trainguard.streams.worker.tasks import NodeJobTable, TaskFactory
+from trainguard.streams.worker.watermark import EventClock
 
 
 def drain(raw: Sequence[Raw], *, skew: bool) -> float:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from schemas.records import GpuStats, XidEvent
+from trainguard.schemas.records import GpuStats, XidEvent
 
 # dcgm-exporter metric -> GpuStats field. NVLink counters are summed into one field, as NVML's are.
 FIELDS: dict[str, str] = {

@@ -26,8 +26,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from collectors.dcgm_exporter import Scrape, XidTracker, parse_exposition
-from schemas.records import GpuStats, NodeGpuSample
+from trainguard.collectors.dcgm_exporter import Scrape, XidTracker, parse_exposition
+from trainguard.schemas.records import GpuStats, NodeGpuSample
 
 SOURCE = "dcgm-exporter"
 MAX_BYTES = 16 << 20  # a 8-GPU node with every field is ~200 KB; more is not an exporter

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import msgspec
 
-from schemas.records import LogEvent
+from trainguard.schemas.records import LogEvent
 
 log = logging.getLogger(__name__)
 

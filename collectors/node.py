@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from collectors.logs import LogParser
-from collectors.metrics import CollectorMetrics
-from collectors.sink import CountingSink
-from schemas.records import Record
+from trainguard.collectors.logs import LogParser
+from trainguard.collectors.metrics import CollectorMetrics
+from trainguard.collectors.sink import CountingSink
+from trainguard.schemas.records import Record
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
-from schemas.records import LogEvent, NodeCondition, Record
+from trainguard.schemas.records import LogEvent, NodeCondition, Record
 
 OWN_CONDITION = "TrainguardHealthy"
 KUBELET_CONDITIONS = frozenset({"Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"})

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from schemas.records import GpuStats, NodeGpuSample, XidEvent
+from trainguard.schemas.records import GpuStats, NodeGpuSample, XidEvent
 
 # NVLink error counters summed into `nvlink_errors` (CRC flit/data, replay, recovery).
 _NVLINK_COUNTERS = ("NVML_NVLINK_ERROR_DL_REPLAY", "NVML_NVLINK_ERROR_DL_RECOVERY",

@@ -48,11 +48,11 @@ from kafka.errors import (
     RecordListTooLargeError,
 )
 
-from collectors.spool import LOW_VALUE_TAGS, Entry, Spool
-from schemas.codec import Codec
-from schemas.records import Record
-from schemas.signing import Signer
-from schemas.topics import Topics, key_for, tag_of
+from trainguard.collectors.spool import LOW_VALUE_TAGS, Entry, Spool
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import Record
+from trainguard.schemas.signing import Signer
+from trainguard.schemas.topics import Topics, key_for, tag_of
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from schemas.records import RdmaPort, RdmaSample
+from trainguard.schemas.records import RdmaPort, RdmaSample
 
 DEFAULT_ROOT = Path("/sys/class/infiniband")
 WORD_BYTES = 4

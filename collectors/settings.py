@@ -7,8 +7,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.kafka_config import BrokerSettings, TopicSettings
-from schemas.keys import SecuritySettings
+from trainguard.schemas.kafka_config import BrokerSettings, TopicSettings
+from trainguard.schemas.keys import SecuritySettings
 
 
 class AgentSettings(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from schemas.records import Record
+from trainguard.schemas.records import Record
 
 
 class RecordSink(Protocol):

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from detectors.common import Bounded
-from detectors.xid import classify, is_fatal
-from schemas import node_jobs
-from schemas.records import JobTopology, NodeGpuSample
+from trainguard.detectors.common import Bounded
+from trainguard.detectors.xid import classify, is_fatal
+from trainguard.schemas import node_jobs
+from trainguard.schemas.records import JobTopology, NodeGpuSample
 
 
 class JobWideXids:

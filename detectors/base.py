@@ -20,9 +20,9 @@ from __future__ import annotations
 from abc import ABC
 from typing import Any
 
-from detectors.dispatch import HandlerError, handlers
-from schemas.ids import anomaly_id as anomaly_id  # re-exported: plug-in detectors import it from here
-from schemas.records import Anomaly, Record
+from trainguard.detectors.dispatch import HandlerError, handlers
+from trainguard.schemas.ids import anomaly_id as anomaly_id  # re-exported: plug-in detectors import it from here
+from trainguard.schemas.records import Anomaly, Record
 
 
 class Detector(ABC):  # noqa: B024 - a base to subclass; what it must add are @on handlers, not overrides

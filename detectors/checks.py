@@ -24,12 +24,12 @@ from collections.abc import Callable
 
 import msgspec
 
-from detectors.base import Detector
-from detectors.dispatch import HandlerError, handlers
-from detectors.pipeline import DetectionPipeline
-from detectors.synthetic import Fleet, mixed_stream
-from schemas.kinds import ANOMALY_KINDS
-from schemas.records import Anomaly, Record
+from trainguard.detectors.base import Detector
+from trainguard.detectors.dispatch import HandlerError, handlers
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.detectors.synthetic import Fleet, mixed_stream
+from trainguard.schemas.kinds import ANOMALY_KINDS
+from trainguard.schemas.records import Anomaly, Record
 
 Check = Callable[[type[Detector], list[Record]], None]
 
@@ -144,7 +144,7 @@ CHECKS: tuple[Check, ...] = (
 def check_detector(cls: type[Detector], stream: list[Record] | None = None) -> None:
     """Run every check on `cls`; raise AssertionError naming the first promise broken.
 
-    >>> from detectors.nan import NanDetector
+    >>> from trainguard.detectors.nan import NanDetector
     >>> check_detector(NanDetector)
     """
     records = mixed_stream() if stream is None else stream

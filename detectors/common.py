@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, ClassVar
 
-from schemas.bounded import Bounded as Bounded  # re-exported: detectors and older snapshots name it here
-from schemas.bounded import bounded_evictions as bounded_evictions
-from schemas.ids import anomaly_id
-from schemas.records import Anomaly
+from trainguard.schemas.bounded import Bounded as Bounded  # re-exported: detectors and older snapshots name it here
+from trainguard.schemas.bounded import bounded_evictions as bounded_evictions
+from trainguard.schemas.ids import anomaly_id
+from trainguard.schemas.records import Anomaly
 
 
 class Snapshottable:

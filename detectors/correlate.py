@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from detectors.persistence import TRANSIENT
-from schemas.ids import anomaly_id
-from schemas.kinds import CAUSES, CRASH_CAUSES, NODE_LOCAL, NOTED, SYMPTOMS  # columns of the kinds table
-from schemas.records import Anomaly, Incident
+from trainguard.detectors.persistence import TRANSIENT
+from trainguard.schemas.ids import anomaly_id
+from trainguard.schemas.kinds import CAUSES, CRASH_CAUSES, NODE_LOCAL, NOTED, SYMPTOMS  # columns of the kinds table
+from trainguard.schemas.records import Anomaly, Incident
 
 
 def _scope(anomaly: Anomaly) -> str:
@@ -78,7 +78,7 @@ class _Open:
 class IncidentCorrelator:
     """Merges anomalies into incidents; emits an incident once, when opened.
 
-    >>> from schemas.records import Anomaly
+    >>> from trainguard.schemas.records import Anomaly
     >>> c = IncidentCorrelator(window_s=60)
     >>> a = Anomaly(ts=10.0, id="a", kind="nan", detector="nan", onset=10.0, job="j", ranks=[0])
     >>> b = Anomaly(ts=11.0, id="b", kind="nan", detector="nan", onset=11.0, job="j", ranks=[1])

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, TypeVar
 
-from schemas.codec import RECORD_TYPES, record_tag
-from schemas.records import Anomaly, Record
-from schemas.topics import INPUT_TOPICS, TOPIC_OF_TAG
+from trainguard.schemas.codec import RECORD_TYPES, record_tag
+from trainguard.schemas.records import Anomaly, Record
+from trainguard.schemas.topics import INPUT_TOPICS, TOPIC_OF_TAG
 
 # The record types the worker and the backtest feed a pipeline: those of the input topics.
 OBSERVED: frozenset[type[Record]] = frozenset(
@@ -41,8 +41,8 @@ class HandlerError(TypeError):
 def on(*types: type[Record]) -> Callable[[H], H]:
     """Declare the decorated method the handler of records of `types`.
 
-    >>> from detectors.base import Detector
-    >>> from schemas.records import TrainingStep
+    >>> from trainguard.detectors.base import Detector
+    >>> from trainguard.schemas.records import TrainingStep
     >>> class Counter(Detector):
     ...     '''Counts steps.'''
     ...     seen = 0

@@ -34,12 +34,12 @@ the job's nodes collapsing to ~0 is recorded as corroborating evidence.
 
 from __future__ import annotations
 
-from detectors.base import Detector
-from detectors.common import Bounded, Rolling, Snapshottable, finding, rank_map
-from detectors.dispatch import on
-from detectors.stacks import is_background_thread, is_observer_thread, outliers, signature
-from schemas import node_jobs
-from schemas.records import (
+from trainguard.detectors.base import Detector
+from trainguard.detectors.common import Bounded, Rolling, Snapshottable, finding, rank_map
+from trainguard.detectors.dispatch import on
+from trainguard.detectors.stacks import is_background_thread, is_observer_thread, outliers, signature
+from trainguard.schemas import node_jobs
+from trainguard.schemas.records import (
     Anomaly,
     CheckpointEvent,
     Heartbeat,
@@ -96,7 +96,7 @@ class _Job(Snapshottable):
 class HangDetector(Detector):
     """Fires when a live job stops completing steps; localises with stacks.
 
-    >>> from schemas.records import TrainingStep, Heartbeat
+    >>> from trainguard.schemas.records import TrainingStep, Heartbeat
     >>> d = HangDetector(floor_s=30, warmup_steps=2)
     >>> for s in range(5):
     ...     _ = d.observe(TrainingStep(ts=float(s), job="j", rank=0, node="n0", step=s, loss=1.0))

@@ -43,12 +43,12 @@ import re
 from collections import deque
 from typing import Any
 
-from detectors.base import Detector
-from detectors.common import Bounded, Snapshottable, finding
-from detectors.dispatch import on
-from detectors.xid import classify, is_fatal
-from schemas import node_jobs
-from schemas.records import Anomaly, GpuStats, LogEvent, NodeCondition, NodeGpuSample
+from trainguard.detectors.base import Detector
+from trainguard.detectors.common import Bounded, Snapshottable, finding
+from trainguard.detectors.dispatch import on
+from trainguard.detectors.xid import classify, is_fatal
+from trainguard.schemas import node_jobs
+from trainguard.schemas.records import Anomaly, GpuStats, LogEvent, NodeCondition, NodeGpuSample
 
 NVML_HUNG = re.compile(r"timed out|still hung|NVML_ERROR_TIMEOUT|Timeout", re.IGNORECASE)
 NODE_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem")
@@ -76,7 +76,7 @@ class _Gpu(Snapshottable):
 class HardwareDetector(Detector):
     """Flags GPUs with fatal XIDs, ECC/remap failures, loss or NVLink bursts.
 
-    >>> from schemas.records import NodeGpuSample, GpuStats, XidEvent
+    >>> from trainguard.schemas.records import NodeGpuSample, GpuStats, XidEvent
     >>> d = HardwareDetector()
     >>> d.observe(NodeGpuSample(ts=1.0, node="n0", gpus=[GpuStats(index=0)], xids=[XidEvent(gpu=0, code=13, ts=1.0)]))
     []

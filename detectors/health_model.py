@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas.records import NodeGpuSample
+from trainguard.schemas.records import NodeGpuSample
 
 FORMAT = "trainguard-node-health"
 VERSION = 1

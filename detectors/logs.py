@@ -54,11 +54,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from detectors.app_xid import JobWideXids
-from detectors.base import Detector
-from detectors.common import MAX_RANKS, Bounded, finding
-from detectors.dispatch import on
-from schemas.records import Anomaly, CheckpointEvent, JobTopology, LogEvent, NodeGpuSample
+from trainguard.detectors.app_xid import JobWideXids
+from trainguard.detectors.base import Detector
+from trainguard.detectors.common import MAX_RANKS, Bounded, finding
+from trainguard.detectors.dispatch import on
+from trainguard.schemas.records import Anomaly, CheckpointEvent, JobTopology, LogEvent, NodeGpuSample
 
 INFRA = re.compile(
     r"NCCL|ProcessGroupNCCL|c10d|Watchdog caught collective|collective operation timeout|uncorrectable ECC|"
@@ -84,7 +84,7 @@ ASKED_TO_STOP = frozenset({-15, 143})  # SIGTERM: a scheduler, supervisor or ope
 def classify(event: LogEvent) -> tuple[str, str]:
     """('infra' | 'user' | 'unknown', the matched text).
 
-    >>> from schemas.records import LogEvent
+    >>> from trainguard.schemas.records import LogEvent
     >>> def c(m, code=None):
     ...     return classify(LogEvent(ts=0, node="n", level="error", source="x", message=m, exit_code=code))
     >>> c("ModuleNotFoundError: No module named 'flash_attn'")
@@ -107,7 +107,7 @@ def classify(event: LogEvent) -> tuple[str, str]:
 class UserErrorDetector(Detector):
     """Flags log lines that show the job's own code failing (once per job per cooldown).
 
-    >>> from schemas.records import LogEvent
+    >>> from trainguard.schemas.records import LogEvent
     >>> d = UserErrorDetector()
     >>> line = "Traceback (most recent call last): ... ImportError: cannot import name 'foo'"
     >>> [(a.kind, a.evidence["match"]) for a in d.observe(LogEvent(ts=3.0, node="n1", level="error",

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from math import isfinite
 
-from detectors.base import Detector
-from detectors.common import Bounded, Rolling, Snapshottable, finding
-from detectors.dispatch import on
-from schemas.records import Anomaly, TrainingStep
+from trainguard.detectors.base import Detector
+from trainguard.detectors.common import Bounded, Rolling, Snapshottable, finding
+from trainguard.detectors.dispatch import on
+from trainguard.schemas.records import Anomaly, TrainingStep
 
 FIELDS = ("loss", "grad_norm")
 INF = float("inf")
@@ -38,7 +38,7 @@ class _Job(Snapshottable):
 class LossSpikeDetector(Detector):
     """Flags a loss or grad-norm jump of `ratio`x over a protected rolling median.
 
-    >>> from schemas.records import TrainingStep
+    >>> from trainguard.schemas.records import TrainingStep
     >>> d = LossSpikeDetector(min_baseline=5)
     >>> out = []
     >>> for s, loss in enumerate([2.0, 2.1, 1.9, 2.0, 2.0, 1.9, 12.0, 2.0]):

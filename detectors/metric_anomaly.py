@@ -33,13 +33,13 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from detectors.base import Detector
-from detectors.common import Bounded, finding, rank_map
-from detectors.dispatch import OBSERVED, on
-from detectors.metric_models import DEFAULT_THRESHOLDS, HalfSpace, RiverModel, RobustZ, build_model
-from schemas.codec import record_tag
-from schemas.kinds import IncidentKind
-from schemas.records import Anomaly, CustomMetric, NodeGpuSample, Record
+from trainguard.detectors.base import Detector
+from trainguard.detectors.common import Bounded, finding, rank_map
+from trainguard.detectors.dispatch import OBSERVED, on
+from trainguard.detectors.metric_models import DEFAULT_THRESHOLDS, HalfSpace, RiverModel, RobustZ, build_model
+from trainguard.schemas.codec import record_tag
+from trainguard.schemas.kinds import IncidentKind
+from trainguard.schemas.records import Anomaly, CustomMetric, NodeGpuSample, Record
 
 RecordTag = Literal["step", "heartbeat", "phase", "checkpoint", "topology", "stack", "gpu_sample", "rdma_sample",
                     "log", "node_condition", "custom"]
@@ -70,7 +70,7 @@ class _Series:
 class MetricAnomalyDetector(Detector):
     """Flags values of a configured field that a per-series river model finds anomalous.
 
-    >>> from schemas.records import TrainingStep
+    >>> from trainguard.schemas.records import TrainingStep
     >>> d = MetricAnomalyDetector(record="step", field="step_time_s", per="job", warmup=20, confirm=1)
     >>> out = []
     >>> for s in range(40):

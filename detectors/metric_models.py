@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from detectors.common import Snapshottable
+from trainguard.detectors.common import Snapshottable
 
 FEATURE = "x"
 DEFAULT_THRESHOLDS = {"robust_z": 6.0, "half_space_trees": 0.9, "standard_absolute_deviation": 6.0}

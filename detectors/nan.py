@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from math import isfinite
 
-from detectors.base import Detector, anomaly_id
-from detectors.common import Bounded, Snapshottable, rank_map
-from detectors.dispatch import on
-from schemas.records import Anomaly, TrainingStep
+from trainguard.detectors.base import Detector, anomaly_id
+from trainguard.detectors.common import Bounded, Snapshottable, rank_map
+from trainguard.detectors.dispatch import on
+from trainguard.schemas.records import Anomaly, TrainingStep
 
 
 class _First(Snapshottable):
@@ -49,7 +49,7 @@ class NanDetector(Detector):
     finite step again (or the job restarts: a new `attempt` opens a new
     episode, so a NaN recurring after a restart is reported again).
 
-    >>> from schemas.records import TrainingStep
+    >>> from trainguard.schemas.records import TrainingStep
     >>> d = NanDetector()
     >>> d.observe(TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=1, loss=2.0))
     []

@@ -34,11 +34,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Any
 
-from detectors.base import Detector
-from detectors.common import Bounded, Snapshottable, finding
-from detectors.dispatch import on
-from detectors.persistence import Persistence
-from schemas.records import Anomaly, RdmaPort, RdmaSample
+from trainguard.detectors.base import Detector
+from trainguard.detectors.common import Bounded, Snapshottable, finding
+from trainguard.detectors.dispatch import on
+from trainguard.detectors.persistence import Persistence
+from trainguard.schemas.records import Anomaly, RdmaPort, RdmaSample
 
 
 class _Port(Snapshottable):
@@ -74,7 +74,7 @@ def _base(sample: RdmaSample, p: RdmaPort, grown: int, slow: tuple[bool, float, 
 class NetworkDetector(Detector):
     """Flags RDMA ports that are down (two samples within a window) or fail slow for `persist_s` or recurrently.
 
-    >>> from schemas.records import RdmaSample, RdmaPort
+    >>> from trainguard.schemas.records import RdmaSample, RdmaPort
     >>> d = NetworkDetector(confirm_window_s=30)
     >>> up = RdmaSample(ts=0.0, node="n1", ports=[RdmaPort(device="mlx5_0", port=1)])
     >>> down = lambda t: RdmaSample(ts=t, node="n1", ports=[RdmaPort(device="mlx5_0", port=1, state="DOWN")])

@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from detectors.base import Detector
-from detectors.common import Bounded, finding
-from detectors.dispatch import on
-from detectors.health_model import FEATURES, HealthModel, NodeFeatures, train
-from schemas.records import Anomaly, NodeGpuSample
+from trainguard.detectors.base import Detector
+from trainguard.detectors.common import Bounded, finding
+from trainguard.detectors.dispatch import on
+from trainguard.detectors.health_model import FEATURES, HealthModel, NodeFeatures, train
+from trainguard.schemas.records import Anomaly, NodeGpuSample
 
 CORROBORATING = ("sbe_rate", "pcie_rate", "nvlink_rate", "remap_corr_rate")
 
@@ -36,7 +36,7 @@ class NodeHealthDetector(Detector):
     """Reports nodes the health model finds abnormal, when hardware corroborates.
 
     >>> d = NodeHealthDetector.example()
-    >>> from schemas.records import NodeGpuSample, GpuStats
+    >>> from trainguard.schemas.records import NodeGpuSample, GpuStats
     >>> out = []
     >>> for t in range(4):
     ...     gpus = [GpuStats(index=i, temp_c=95.0, throttle_reasons=0x40, ecc_sbe=500 * t, util_pct=90,

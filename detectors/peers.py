@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from detectors.common import Bounded, Snapshottable, median, rank_map
-from schemas.records import NodeGpuSample, TrainingStep
+from trainguard.detectors.common import Bounded, Snapshottable, median, rank_map
+from trainguard.schemas.records import NodeGpuSample, TrainingStep
 
 SLOW_THROTTLE_BITS = 0x08 | 0x20 | 0x40 | 0x80
 
@@ -56,7 +56,7 @@ def _lower_quartile(values: np.ndarray) -> float:
 class StragglerTracker:
     """Robust z-scores of compute time across ranks at each step.
 
-    >>> from schemas.records import TrainingStep
+    >>> from trainguard.schemas.records import TrainingStep
     >>> t = StragglerTracker(min_hits=3)
     >>> for s in range(6):
     ...     for r in range(8):

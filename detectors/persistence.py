@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
-from detectors.common import Bounded
+from trainguard.detectors.common import Bounded
 
 TRANSIENT = "transient"
 PERSISTENT = "persistent"

@@ -31,14 +31,14 @@ from collections.abc import Iterable
 
 import msgspec
 
-from detectors.base import Detector
-from detectors.common import Snapshottable
-from detectors.correlate import IncidentCorrelator
-from detectors.dispatch import Handler, bind
-from detectors.registry import build
-from detectors.settings import DetectorSettings
-from schemas import node_jobs
-from schemas.records import (
+from trainguard.detectors.base import Detector
+from trainguard.detectors.common import Snapshottable
+from trainguard.detectors.correlate import IncidentCorrelator
+from trainguard.detectors.dispatch import Handler, bind
+from trainguard.detectors.registry import build
+from trainguard.detectors.settings import DetectorSettings
+from trainguard.schemas import node_jobs
+from trainguard.schemas.records import (
     Anomaly,
     CustomMetric,
     Heartbeat,

@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-from detectors.base import Detector
-from detectors.dispatch import handlers
+from trainguard.detectors.base import Detector
+from trainguard.detectors.dispatch import handlers
 
 GROUP = "trainguard.detectors"
 

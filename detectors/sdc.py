@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from math import isfinite
 
-from detectors.base import Detector
-from detectors.common import Bounded, Snapshottable, finding, rank_map
-from detectors.dispatch import on
-from schemas.records import Anomaly, JobTopology, TrainingStep
+from trainguard.detectors.base import Detector
+from trainguard.detectors.common import Bounded, Snapshottable, finding, rank_map
+from trainguard.detectors.dispatch import on
+from trainguard.schemas.records import Anomaly, JobTopology, TrainingStep
 
 Group = tuple[int, int, int]  # (step, tp, pp)
 
@@ -56,7 +56,7 @@ class _Job(Snapshottable):
 class SdcDetector(Detector):
     """Flags DP replicas whose checksums disagree, and NaNs recurring after a restart.
 
-    >>> from schemas.records import TrainingStep
+    >>> from trainguard.schemas.records import TrainingStep
     >>> d = SdcDetector()
     >>> def rec(r, c): return TrainingStep(ts=5.0, job="j", rank=r, node=f"n{r}", step=7, loss=1.0, dp=r, checksum=c)
     >>> [d.observe(rec(r, "aa")) for r in range(3)]

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.kinds import ANOMALY_KINDS
+from trainguard.schemas.kinds import ANOMALY_KINDS
 
 
 class DetectorSpec(BaseModel):

@@ -38,13 +38,13 @@ from __future__ import annotations
 from collections import deque
 from itertools import islice
 
-from detectors.base import Detector
-from detectors.common import Bounded, Rolling, Snapshottable, finding, median
-from detectors.dispatch import on
-from detectors.peers import GpuSlowSignals, StragglerTracker
-from detectors.persistence import PERSISTENT, RECURRING, Persistence
-from detectors.trend import DeclineTracker
-from schemas.records import Anomaly, NodeGpuSample, TrainingStep
+from trainguard.detectors.base import Detector
+from trainguard.detectors.common import Bounded, Rolling, Snapshottable, finding, median
+from trainguard.detectors.dispatch import on
+from trainguard.detectors.peers import GpuSlowSignals, StragglerTracker
+from trainguard.detectors.persistence import PERSISTENT, RECURRING, Persistence
+from trainguard.detectors.trend import DeclineTracker
+from trainguard.schemas.records import Anomaly, NodeGpuSample, TrainingStep
 
 GUARD = 5  # the newest steps stay out of the baseline, so a fresh slowdown does not teach it
 
@@ -70,7 +70,7 @@ class _Series(Snapshottable):
 class SlowdownDetector(Detector):
     """Fires on a sustained drop in job throughput, localised to stragglers.
 
-    >>> from schemas.records import TrainingStep
+    >>> from trainguard.schemas.records import TrainingStep
     >>> d = SlowdownDetector(min_baseline=10)
     >>> out = []
     >>> for s in range(200):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from schemas.records import (
+from trainguard.schemas.records import (
     GpuStats,
     Heartbeat,
     LogEvent,

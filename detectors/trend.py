@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from detectors.common import Bounded, Snapshottable, median
+from trainguard.detectors.common import Bounded, Snapshottable, median
 
 
 class _Trend(Snapshottable):

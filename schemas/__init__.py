@@ -7,8 +7,8 @@ depend on Kafka's timestamps and a producer of a newer format is refused
 with a clear reason instead of being misread.
 """
 
-from schemas.codec import Codec, DecodeError, decode, encode
-from schemas.records import (
+from trainguard.schemas.codec import Codec, DecodeError, decode, encode
+from trainguard.schemas.records import (
     ANOMALY_KINDS,
     SCHEMA_VERSION,
     ActionCommand,

@@ -28,7 +28,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from schemas.action_params import DumpStacks, MachineCheck, NoParams, Params, Removal, Replay, Restart, SelfCheck
+from trainguard.schemas.action_params import (
+    DumpStacks,
+    MachineCheck,
+    NoParams,
+    Params,
+    Removal,
+    Replay,
+    Restart,
+    SelfCheck,
+)
 
 ActionName = Literal[
     "evict_node",

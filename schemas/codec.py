@@ -14,7 +14,7 @@ from typing import Any, Union
 
 import msgspec
 
-from schemas.records import (
+from trainguard.schemas.records import (
     SCHEMA_VERSION,
     ActionCommand,
     ActionResult,
@@ -114,7 +114,7 @@ def record_tag(cls: type[Record]) -> str:
 class Codec:
     """Encodes and decodes records. Holds reusable msgspec encoder/decoders.
 
-    >>> from schemas.records import Heartbeat
+    >>> from trainguard.schemas.records import Heartbeat
     >>> codec = Codec()
     >>> data = codec.encode(Heartbeat(ts=1.0, job="j", rank=0, node="n0"))
     >>> codec.decode(data).rank

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.signing import KeyFileError, KeyRing, Signer, load_ring, load_signer
+from trainguard.schemas.signing import KeyFileError, KeyRing, Signer, load_ring, load_signer
 
 HOW_TO_MAKE = "make keys with `trainguard keys generate --dir DIR` and set the security: paths it prints"
 

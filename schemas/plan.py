@@ -18,8 +18,8 @@ from typing import Literal
 
 import msgspec
 
-from schemas.action_params import ActionParams, NoParams
-from schemas.actions import ActionName, params_problem, with_defaults
+from trainguard.schemas.action_params import ActionParams, NoParams
+from trainguard.schemas.actions import ActionName, params_problem, with_defaults
 
 
 class StepCondition(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, gc=False):

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
-from schemas.action_params import ActionParams, NoParams
-from schemas.actions import ActionName, params_problem, with_defaults
-from schemas.kinds import ANOMALY_KINDS as ANOMALY_KINDS  # re-exported: the table is schemas.kinds
-from schemas.kinds import AnomalyKind
-from schemas.plan import PlannedAction, check_plan
+from trainguard.schemas.action_params import ActionParams, NoParams
+from trainguard.schemas.actions import ActionName, params_problem, with_defaults
+from trainguard.schemas.kinds import ANOMALY_KINDS as ANOMALY_KINDS  # re-exported: the table is schemas.kinds
+from trainguard.schemas.kinds import AnomalyKind
+from trainguard.schemas.plan import PlannedAction, check_plan
 
 SCHEMA_VERSION = 1
 

@@ -32,7 +32,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from schemas.records import ActionCommand, OperatorCommand
+from trainguard.schemas.records import ActionCommand, OperatorCommand
 
 KID_HEADER = "tg-kid"
 SIG_HEADER = "tg-sig"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.records import Record
+from trainguard.schemas.records import Record
 
 # logical topic -> record tags it carries
 TOPIC_RECORDS: dict[str, tuple[str, ...]] = {

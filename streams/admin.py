@@ -7,10 +7,10 @@ import time
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from schemas.kafka_config import BrokerSettings
-from schemas.topics import Topics
-from streams import kafka_io
-from streams.settings import KafkaConfig
+from trainguard.schemas.kafka_config import BrokerSettings
+from trainguard.schemas.topics import Topics
+from trainguard.streams import kafka_io
+from trainguard.streams.settings import KafkaConfig
 
 
 class BrokerUnreachable(ConnectionError):

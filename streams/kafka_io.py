@@ -26,8 +26,8 @@ from aiokafka import TopicPartition as AioTopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as SyncTopicPartition
 
-from schemas.kafka_config import BrokerSettings, Flavour
-from schemas.kafka_config import client_options as security_options
+from trainguard.schemas.kafka_config import BrokerSettings, Flavour
+from trainguard.schemas.kafka_config import client_options as security_options
 
 # The broker accepts messages up to its message.max.bytes (16 MB for the local
 # broker); producers default to 1 MiB. A worker that republishes what it read

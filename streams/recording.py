@@ -24,10 +24,10 @@ from typing import IO, Any
 
 import msgspec
 
-from schemas.codec import RECORD_TYPES, AnyRecord, Codec, DecodeError, record_tag, wire
-from schemas.kafka_config import BrokerSettings
-from schemas.records import SCHEMA_VERSION, Record
-from schemas.topics import INPUT_TOPICS, TOPIC_OF_TAG, Topics, key_for, tag_of
+from trainguard.schemas.codec import RECORD_TYPES, AnyRecord, Codec, DecodeError, record_tag, wire
+from trainguard.schemas.kafka_config import BrokerSettings
+from trainguard.schemas.records import SCHEMA_VERSION, Record
+from trainguard.schemas.topics import INPUT_TOPICS, TOPIC_OF_TAG, Topics, key_for, tag_of
 
 
 class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
@@ -157,7 +157,7 @@ def replay(path: Path | str, *, broker: BrokerSettings | str, topics: Topics, sp
     replay before anything is sent rather than halfway through. Raises
     `DeliveryError` when the broker did not acknowledge every record.
     """
-    from streams import kafka_io
+    from trainguard.streams import kafka_io
 
     codec = Codec()
     stats = ReplayStats()
@@ -220,7 +220,7 @@ def record(out: Path | str, *, broker: BrokerSettings | str, topics: Topics, log
     """
     from kafka import TopicPartition
 
-    from streams import kafka_io
+    from trainguard.streams import kafka_io
 
     codec, stats = Codec(), RecordStats()
     names = {topics.name(t): t for t in logical}

@@ -12,10 +12,10 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from actions.settings import ActionSettings
-from detectors.settings import DetectorSettings
-from schemas.kafka_config import BrokerSettings, TopicSettings
-from schemas.keys import SecuritySettings
+from trainguard.actions.settings import ActionSettings
+from trainguard.detectors.settings import DetectorSettings
+from trainguard.schemas.kafka_config import BrokerSettings, TopicSettings
+from trainguard.schemas.keys import SecuritySettings
 
 
 class WorkerSettings(BaseModel):

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from lab.localkafka.broker import LocalBroker
-from schemas.plan import PlannedAction
-from schemas.records import Decision, Incident, TrainingStep
-from schemas.signing import generate
+from trainguard.lab.localkafka.broker import LocalBroker
+from trainguard.schemas.plan import PlannedAction
+from trainguard.schemas.records import Decision, Incident, TrainingStep
+from trainguard.schemas.signing import generate
 from trainguard.settings import Settings, load_settings
 
 
@@ -105,7 +105,7 @@ class TestKeys:
     def signed(self, value: bytes, record: object) -> list[tuple[str, bytes]] | None:
         """Headers for a record a test publishes: an incident signed with the worker's key (act acts only on
         those by default), anything else unsigned. A test that hand-writes incidents plays the worker."""
-        from schemas.signing import load_signer
+        from trainguard.schemas.signing import load_signer
 
         return load_signer(self.root / "worker.key").headers(value) if isinstance(record, Incident) else None
 

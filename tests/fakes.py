@@ -12,9 +12,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from schemas.actions import AGENT_ACTIONS, CLUSTER_ACTIONS
-from schemas.records import ActionCommand, ActionResult, Record
-from schemas.selfcheck import neighbour_pairs
+from trainguard.schemas.actions import AGENT_ACTIONS, CLUSTER_ACTIONS
+from trainguard.schemas.records import ActionCommand, ActionResult, Record
+from trainguard.schemas.selfcheck import neighbour_pairs
 
 Reply = Callable[[ActionCommand, list[str]], ActionResult]
 MACHINES = ["n0", "n1", "n2", "n3"]

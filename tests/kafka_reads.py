@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.codec import Codec
-from streams import kafka_io
+from trainguard.schemas.codec import Codec
+from trainguard.streams import kafka_io
 
 
 def read_all(kafka: str, topic: str, codec: Codec) -> list[Any]:

@@ -16,13 +16,13 @@ from typing import Any
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
-from actions.settings import ActionSettings
-from collectors.settings import CollectorSettings
-from detectors.settings import DetectorSettings
-from schemas.kafka_config import BrokerSettings, TopicSettings
-from schemas.keys import SecuritySettings
-from streams.console.settings import ConsoleSettings
-from streams.settings import MetricsSettings, WorkerSettings
+from trainguard.actions.settings import ActionSettings
+from trainguard.collectors.settings import CollectorSettings
+from trainguard.detectors.settings import DetectorSettings
+from trainguard.schemas.kafka_config import BrokerSettings, TopicSettings
+from trainguard.schemas.keys import SecuritySettings
+from trainguard.streams.console.settings import ConsoleSettings
+from trainguard.streams.settings import MetricsSettings, WorkerSettings
 
 __all__ = ["BrokerSettings", "ConfigError", "MetricsSettings", "Settings", "TopicSettings", "WorkerSettings",
            "load_settings"]  # the section models are re-exported: older code imports them from here
@@ -87,7 +87,7 @@ def _check_detectors(settings: Settings) -> None:
     """Validate every detector's type and parameters now, so a typo fails before anything starts."""
     from importlib.metadata import entry_points
 
-    from detectors.registry import GROUP, UnknownDetector, validate_params
+    from trainguard.detectors.registry import GROUP, UnknownDetector, validate_params
 
     eps = list(entry_points(group=GROUP))  # scanned once: the scan is slow
     for i, spec in enumerate(settings.detectors.instances):

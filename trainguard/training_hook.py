@@ -40,10 +40,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from collectors.sink import ClosingSink
-from schemas.records import CheckpointEvent, Heartbeat, JobTopology, Phase, PhaseChange, Record, TrainingStep
-from schemas.signing import KeyFileError, Signer, load_signer
-from schemas.topics import Topics
+from trainguard.collectors.sink import ClosingSink
+from trainguard.schemas.records import CheckpointEvent, Heartbeat, JobTopology, Phase, PhaseChange, Record, TrainingStep
+from trainguard.schemas.signing import KeyFileError, Signer, load_signer
+from trainguard.schemas.topics import Topics
 from trainguard.topology import Placement, coordinates, placement
 
 # Dense bf16 peak FLOP/s by GPU model name fragment (vendor data sheets).
@@ -245,8 +245,8 @@ class TrainingMonitor:
             faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def _default_publisher(self) -> ClosingSink:
-        from collectors.publisher import Publisher
-        from schemas.kafka_config import broker_from_environment, client_options
+        from trainguard.collectors.publisher import Publisher
+        from trainguard.schemas.kafka_config import broker_from_environment, client_options
 
         base = Path(self.env.get("TRAINGUARD_COLLECTORS__SPOOL_DIR", ".trainguard/spool"))
         try:  # TLS/SASL from the TRAINGUARD_BROKER__* variables the agent's environment passes on

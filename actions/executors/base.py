@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Protocol
 
-from schemas.records import ActionCommand, ActionResult
+from trainguard.schemas.records import ActionCommand, ActionResult
 
 Clock = Callable[[], float]
 

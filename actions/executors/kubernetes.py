@@ -26,13 +26,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from actions.executors import kubernetes_objects as objects
-from actions.executors.base import K8S_NODE, Clock, invalid_nodes, refused
-from schemas.actions import CLUSTER_ACTIONS
-from schemas.records import ActionCommand, ActionResult
+from trainguard.actions.executors import kubernetes_objects as objects
+from trainguard.actions.executors.base import K8S_NODE, Clock, invalid_nodes, refused
+from trainguard.schemas.actions import CLUSTER_ACTIONS
+from trainguard.schemas.records import ActionCommand, ActionResult
 
 if TYPE_CHECKING:
-    from actions.executors.registry import ExecutorContext
+    from trainguard.actions.executors.registry import ExecutorContext
 
 
 class DrainError(Exception):

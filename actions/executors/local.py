@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from actions.executors.base import Clock, invalid_nodes, merge_results, refused
-from actions.executors.base import CommandBus as CommandBus  # re-exported: the bus's protocol lives in base
+from trainguard.actions.executors.base import Clock, invalid_nodes, merge_results, refused
+from trainguard.actions.executors.base import CommandBus as CommandBus  # re-exported: the bus's protocol lives in base
 
 if TYPE_CHECKING:
-    from actions.executors.registry import ExecutorContext
-from schemas.actions import AGENT_EXECUTABLE, AGENT_TRANSLATION, agent_params
-from schemas.records import ActionCommand, ActionResult
+    from trainguard.actions.executors.registry import ExecutorContext
+from trainguard.schemas.actions import AGENT_EXECUTABLE, AGENT_TRANSLATION, agent_params
+from trainguard.schemas.records import ActionCommand, ActionResult
 
 
 class LocalExecutor:

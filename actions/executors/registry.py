@@ -19,17 +19,17 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from actions.executors.base import Clock, CommandBus, Executor
-from actions.executors.names import GROUP as GROUP
-from actions.executors.names import LOCAL as LOCAL
-from actions.executors.names import UnknownExecutor as UnknownExecutor
-from actions.executors.names import available as available
-from actions.executors.names import check_names as check_names
-from actions.executors.names import expand_legacy as expand_legacy
-from schemas.actions import ACTIONS
+from trainguard.actions.executors.base import Clock, CommandBus, Executor
+from trainguard.actions.executors.names import GROUP as GROUP
+from trainguard.actions.executors.names import LOCAL as LOCAL
+from trainguard.actions.executors.names import UnknownExecutor as UnknownExecutor
+from trainguard.actions.executors.names import available as available
+from trainguard.actions.executors.names import check_names as check_names
+from trainguard.actions.executors.names import expand_legacy as expand_legacy
+from trainguard.schemas.actions import ACTIONS
 
 if TYPE_CHECKING:
-    from actions.settings import ActionSettings
+    from trainguard.actions.settings import ActionSettings
 
 RUNNER_ACTIONS = frozenset(name for name, spec in ACTIONS.items() if spec.scope == "runner")
 

@@ -12,13 +12,13 @@ import re
 import subprocess
 from typing import TYPE_CHECKING, Any
 
-from actions.executors.base import Clock, invalid_nodes, refused
-from schemas.action_params import Removal
-from schemas.actions import CLUSTER_ACTIONS
-from schemas.records import ActionCommand, ActionResult
+from trainguard.actions.executors.base import Clock, invalid_nodes, refused
+from trainguard.schemas.action_params import Removal
+from trainguard.schemas.actions import CLUSTER_ACTIONS
+from trainguard.schemas.records import ActionCommand, ActionResult
 
 if TYPE_CHECKING:
-    from actions.executors.registry import ExecutorContext
+    from trainguard.actions.executors.registry import ExecutorContext
 
 _ERROR = re.compile(r"(slurm_\w+ error|error|Invalid)[^\n]*", re.IGNORECASE)
 

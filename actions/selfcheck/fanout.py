@@ -33,9 +33,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from schemas.action_params import MachineCheck, Rendezvous, Replay, SelfCheck
-from schemas.records import ActionCommand, ActionResult
-from schemas.selfcheck import DEFAULT_CHECKS, SelfCheckReport, aggregate, aggregate_replay
+from trainguard.schemas.action_params import MachineCheck, Rendezvous, Replay, SelfCheck
+from trainguard.schemas.records import ActionCommand, ActionResult
+from trainguard.schemas.selfcheck import DEFAULT_CHECKS, SelfCheckReport, aggregate, aggregate_replay
 
 REPORT_KEY = "machine_report"  # where an agent's result carries its machine's report (see merge_results)
 ANSWER_SLACK_S = 5.0  # the deadline comes this long before the executor stops waiting for answers

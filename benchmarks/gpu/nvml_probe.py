@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from collectors.nvml import GpuCollector
+from trainguard.collectors.nvml import GpuCollector
 
 
 def probe(*, samples: int = 20, interval_s: float = 0.05, timeout_s: float = 5.0) -> dict[str, Any]:

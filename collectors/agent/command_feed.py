@@ -23,9 +23,9 @@ from typing import Any
 from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 
-from schemas.codec import Codec, DecodeError
-from schemas.records import ActionCommand
-from schemas.signing import Received
+from trainguard.schemas.codec import Codec, DecodeError
+from trainguard.schemas.records import ActionCommand
+from trainguard.schemas.signing import Received
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from collectors.agent.hang_watch import read_progress
-from collectors.logs import error_file_event
-from schemas.records import LogEvent
+from trainguard.collectors.agent.hang_watch import read_progress
+from trainguard.collectors.logs import error_file_event
+from trainguard.schemas.records import LogEvent
 
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 SILENT_STARTUP = "before its first step, saying nothing (no traceback, no error file)"

@@ -54,18 +54,18 @@ from typing import Any, Protocol
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from collectors.agent.error_file import COMMANDED, SILENT_STARTUP, Attempt
-from collectors.agent.hang_watch import HangWatch, progress_rank, read_progress
-from collectors.agent.state import AgentState, StateFile
-from collectors.agent.supervisor import ProcessSupervisor, env_of
-from collectors.logs import LogParser
-from collectors.settings import AgentConfig
-from collectors.sink import RecordSink
-from collectors.stacks import StackSampler
-from schemas.action_params import DumpStacks, Restart
-from schemas.actions import AGENT_VERBS
-from schemas.records import ActionCommand, ActionResult, AttemptKey, AuditEntry, LogEvent, StackSample
-from schemas.signing import KeyRing, Received, attempt_key_id, command_problem, public_b64, write_private_key
+from trainguard.collectors.agent.error_file import COMMANDED, SILENT_STARTUP, Attempt
+from trainguard.collectors.agent.hang_watch import HangWatch, progress_rank, read_progress
+from trainguard.collectors.agent.state import AgentState, StateFile
+from trainguard.collectors.agent.supervisor import ProcessSupervisor, env_of
+from trainguard.collectors.logs import LogParser
+from trainguard.collectors.settings import AgentConfig
+from trainguard.collectors.sink import RecordSink
+from trainguard.collectors.stacks import StackSampler
+from trainguard.schemas.action_params import DumpStacks, Restart
+from trainguard.schemas.actions import AGENT_VERBS
+from trainguard.schemas.records import ActionCommand, ActionResult, AttemptKey, AuditEntry, LogEvent, StackSample
+from trainguard.schemas.signing import KeyRing, Received, attempt_key_id, command_problem, public_b64, write_private_key
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +131,10 @@ class Agent:
         consumer group. No default key: without this node's key and act's public keys
         this raises (`trainguard run` stops with one line, exit code 2).
         """
-        from collectors.agent.command_feed import BackgroundFeed, KafkaCommandFeed
-        from collectors.publisher import Publisher
-        from schemas.kafka_config import client_options
-        from schemas.topics import Topics
+        from trainguard.collectors.agent.command_feed import BackgroundFeed, KafkaCommandFeed
+        from trainguard.collectors.publisher import Publisher
+        from trainguard.schemas.kafka_config import client_options
+        from trainguard.schemas.topics import Topics
 
         cs, agent_cfg = settings.collectors, settings.collectors.agent
         signer = settings.security.signer("node", node=node)

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from detectors.pipeline import DetectionPipeline
-from detectors.settings import DetectorSettings
-from lab.backtest.report import build_report, cell, markdown, write_report
-from lab.backtest.runner import run_backtest
-from lab.backtest.scoring import DEFAULT_GRACE_S, KindTally, Score, score
-from lab.telemetry_sim import load_scenario, run_scenario
-from schemas.kinds import ANOMALY_KINDS
-from streams.recording import write_recording
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.detectors.settings import DetectorSettings
+from trainguard.lab.backtest.report import build_report, cell, markdown, write_report
+from trainguard.lab.backtest.runner import run_backtest
+from trainguard.lab.backtest.scoring import DEFAULT_GRACE_S, KindTally, Score, score
+from trainguard.lab.telemetry_sim import load_scenario, run_scenario
+from trainguard.schemas.kinds import ANOMALY_KINDS
+from trainguard.streams.recording import write_recording
 
 # The targets, for the pass/fail column of the summary.
 TARGETS = {"precision": 0.95, "recall": 0.95, "within_latency_target": 1.0}

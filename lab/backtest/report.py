@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lab.backtest.runner import BacktestResult
-from lab.backtest.scoring import Score
-from lab.backtest.timeline import plot_timeline
+from trainguard.lab.backtest.runner import BacktestResult
+from trainguard.lab.backtest.scoring import Score
+from trainguard.lab.backtest.timeline import plot_timeline
 
 COLUMNS = (("labels", "faults"), ("detected", "detected"), ("incidents", "incidents"), ("precision", "precision"),
            ("recall", "recall"), ("latency_median_s", "latency p50 s"), ("latency_p95_s", "latency p95 s"),

@@ -19,15 +19,23 @@ from pathlib import Path
 
 import msgspec
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from actions.ettr import EttrAccount
-from actions.rollout import evictions_of, would_block
-from actions.safety import CircuitBreaker, Cooldown
-from actions.settings import ActionSettings
-from actions.shadow import RuleRow, responses, shadow_report
-from schemas.records import ActionResult, CheckpointEvent, Decision, Incident, JobTopology, Record, TrainingStep
-from streams.recording import read_recording
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.ettr import EttrAccount
+from trainguard.actions.rollout import evictions_of, would_block
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.settings import ActionSettings
+from trainguard.actions.shadow import RuleRow, responses, shadow_report
+from trainguard.schemas.records import (
+    ActionResult,
+    CheckpointEvent,
+    Decision,
+    Incident,
+    JobTopology,
+    Record,
+    TrainingStep,
+)
+from trainguard.streams.recording import read_recording
 
 
 class _Shadow:

@@ -22,9 +22,9 @@ from typing import IO, Any
 
 import msgspec
 
-from detectors.pipeline import DetectionPipeline
-from schemas.records import Incident
-from streams.recording import RecordingError, read_recording
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas.records import Incident
+from trainguard.streams.recording import RecordingError, read_recording
 
 MAX_ERRORS_KEPT = 50
 

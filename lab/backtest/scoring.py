@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas.kinds import ANOMALY_KINDS, EVICTING_KINDS
+from trainguard.schemas.kinds import ANOMALY_KINDS, EVICTING_KINDS
 
 DEFAULT_GRACE_S = 120.0
 DEFAULT_SKEW_S = 2.0

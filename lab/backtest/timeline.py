@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from schemas.kinds import ANOMALY_KINDS
+from trainguard.schemas.kinds import ANOMALY_KINDS
 
 
 def plot_timeline(path: Path, labels: list[dict[str, Any]], incidents: list[dict[str, Any]],

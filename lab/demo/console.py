@@ -6,8 +6,8 @@ import time
 
 from rich.console import Console
 
-from lab.demo.scenario import FaultStep
-from schemas.records import ActionResult, Decision, Incident, TrainingStep
+from trainguard.lab.demo.scenario import FaultStep
+from trainguard.schemas.records import ActionResult, Decision, Incident, TrainingStep
 
 
 class ConsoleReporter:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from lab.demo.stack import DemoStack
-from streams.console.auth import digest, new_token
+from trainguard.lab.demo.stack import DemoStack
+from trainguard.streams.console.auth import digest, new_token
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,14 @@ from typing import Any, Protocol
 import yaml
 from kafka import KafkaProducer
 
-from lab.demo.faults import Fault, FaultBoard
-from lab.demo.scenario import DemoScenario, FaultStep
-from lab.demo.stack import DemoStack
-from lab.demo.watch import TopicWatcher
-from schemas.action_params import Restart
-from schemas.codec import Codec
-from schemas.kafka_config import client_options
-from schemas.records import (
+from trainguard.lab.demo.faults import Fault, FaultBoard
+from trainguard.lab.demo.scenario import DemoScenario, FaultStep
+from trainguard.lab.demo.stack import DemoStack
+from trainguard.lab.demo.watch import TopicWatcher
+from trainguard.schemas.action_params import Restart
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.kafka_config import client_options
+from trainguard.schemas.records import (
     ActionCommand,
     ActionResult,
     CheckpointEvent,
@@ -40,8 +40,8 @@ from schemas.records import (
     TrainingStep,
     XidEvent,
 )
-from schemas.signing import Signer, generate, load_signer, new_command_id
-from schemas.topics import Topics, key_for
+from trainguard.schemas.signing import Signer, generate, load_signer, new_command_id
+from trainguard.schemas.topics import Topics, key_for
 from trainguard.settings import Settings
 
 
@@ -124,7 +124,7 @@ class DemoRunner:
             stack.start("worker", *cfg, "worker")
             stack.start("act", *cfg, "act", "--executor", "local")
             if self.console_port is not None:
-                from lab.demo.console_ui import start_console
+                from trainguard.lab.demo.console_ui import start_console
 
                 access = start_console(stack, cfg, self.run_dir, self.console_port)
                 self.say.phase(f"operator console: {access.url}")
@@ -329,7 +329,7 @@ class DemoRunner:
 
     def _train_cmd(self) -> list[str]:
         """One rank per simulated node; ranks come from a c10d rendezvous, as under torchrun."""
-        return [sys.executable, "-m", "lab.demo.train", "--job", self.sc.job,
+        return [sys.executable, "-m", "trainguard.lab.demo.train", "--job", self.sc.job,
                 "--nnodes", str(len(self.sc.nodes)), "--rdzv-endpoint", f"127.0.0.1:{self.sc.master_port}",
                 "--steps", str(self.sc.steps), "--ckpt-every", str(self.sc.ckpt_every),
                 "--ckpt-dir", str(self.run_dir / "checkpoints"), "--compute-s", str(self.sc.compute_s),

@@ -7,8 +7,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from actions.ettr import EttrAccount, EttrReport
-from lab.demo.runner import DemoOutcome
+from trainguard.actions.ettr import EttrAccount, EttrReport
+from trainguard.lab.demo.runner import DemoOutcome
 
 
 def ettr_of(outcome: DemoOutcome, job: str) -> EttrReport:

@@ -30,11 +30,11 @@ import torch.distributed as dist
 from torch import nn
 
 import trainguard
-from lab.demo.faults import FaultBoard, final_step
 from trainguard.checkpoint.config import CheckpointConfig
 from trainguard.checkpoint.guard import TrainingGuard
 from trainguard.checkpoint.manager import CheckpointManager
 from trainguard.checkpoint.ranks import rank_hint, stable_ranks
+from trainguard.lab.demo.faults import FaultBoard, final_step
 
 FEATURES, HIDDEN = 64, 256
 

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 from kafka import KafkaConsumer
 
-from schemas.codec import Codec, DecodeError
-from schemas.records import Heartbeat, Record, TrainingStep
-from schemas.topics import Topics
+from trainguard.schemas.codec import Codec, DecodeError
+from trainguard.schemas.records import Heartbeat, Record, TrainingStep
+from trainguard.schemas.topics import Topics
 
 R = TypeVar("R", bound=Record)
 

@@ -10,10 +10,10 @@ time (`engine`); `report` prints or serialises the outcome. Pure: no I/O
 here beyond what the caller passes in. `trainguard ettr-sim` is the CLI.
 """
 
-from lab.ettr_sim.arrivals import Arrival, TraceHistory, draw_arrivals
-from lab.ettr_sim.costs import Loss, baseline_loss, trainguard_loss
-from lab.ettr_sim.engine import PolicyResult, SimResult, simulate
-from lab.ettr_sim.params import JobParams, ParamError, SimParams, with_measured_latencies
+from trainguard.lab.ettr_sim.arrivals import Arrival, TraceHistory, draw_arrivals
+from trainguard.lab.ettr_sim.costs import Loss, baseline_loss, trainguard_loss
+from trainguard.lab.ettr_sim.engine import PolicyResult, SimResult, simulate
+from trainguard.lab.ettr_sim.params import JobParams, ParamError, SimParams, with_measured_latencies
 
 __all__ = [
     "Arrival",

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lab.ettr_sim.params import DAY_S, SimParams
+from trainguard.lab.ettr_sim.params import DAY_S, SimParams
 
 
 @dataclass(frozen=True)

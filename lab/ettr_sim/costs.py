@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab.ettr_sim.params import DETECTOR_KIND, BaselineCosts, JobParams, TrainguardCosts
+from trainguard.lab.ettr_sim.params import DETECTOR_KIND, BaselineCosts, JobParams, TrainguardCosts
 
 PHASES: tuple[str, ...] = ("detection", "localisation", "failover", "recompute")
 # kinds whose fix evicts a node (and so wants a warm standby)

@@ -22,9 +22,9 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from lab.ettr_sim.arrivals import Arrival, TraceHistory, draw_arrivals
-from lab.ettr_sim.costs import Eviction, Loss, baseline_loss, plan_eviction, trainguard_loss
-from lab.ettr_sim.params import DAY_S, SimParams
+from trainguard.lab.ettr_sim.arrivals import Arrival, TraceHistory, draw_arrivals
+from trainguard.lab.ettr_sim.costs import Eviction, Loss, baseline_loss, plan_eviction, trainguard_loss
+from trainguard.lab.ettr_sim.params import DAY_S, SimParams
 
 # (arrival, progress since checkpoint, enough standbys free?, stop-time diagnosis?) -> loss
 LossFn = Callable[[Arrival, float, bool, bool], Loss]

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lab.ettr_sim.params import ParamError, SimParams
+from trainguard.lab.ettr_sim.params import ParamError, SimParams
 
 
 def with_measured_recovery(params: SimParams, report: Path | str, *, restart_floor_s: float = 0.0,

@@ -8,9 +8,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from lab.ettr_sim.costs import PHASES, Loss
-from lab.ettr_sim.engine import PolicyResult, SimResult
-from lab.ettr_sim.params import as_dict
+from trainguard.lab.ettr_sim.costs import PHASES, Loss
+from trainguard.lab.ettr_sim.engine import PolicyResult, SimResult
+from trainguard.lab.ettr_sim.params import as_dict
 
 
 def to_json(result: SimResult) -> dict[str, Any]:

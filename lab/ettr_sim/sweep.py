@@ -16,9 +16,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from lab.ettr_sim.arrivals import TraceHistory
-from lab.ettr_sim.engine import Incidents, draw_incidents, simulate
-from lab.ettr_sim.params import ParamError, SimParams
+from trainguard.lab.ettr_sim.arrivals import TraceHistory
+from trainguard.lab.ettr_sim.engine import Incidents, draw_incidents, simulate
+from trainguard.lab.ettr_sim.params import ParamError, SimParams
 
 
 @dataclass(frozen=True)

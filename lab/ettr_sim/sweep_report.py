@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from lab.ettr_sim.sweep import SweepPoint, best
+from trainguard.lab.ettr_sim.sweep import SweepPoint, best
 
 
 def _by_size(points: Sequence[SweepPoint]) -> dict[int, list[SweepPoint]]:

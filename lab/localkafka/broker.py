@@ -140,7 +140,7 @@ class LocalBroker:
         if mvn is None:
             raise BrokerError("Maven ('mvn') is needed once to fetch the Kafka jars; "
                               "install it (apt-get install maven)")
-        pom = Path(str(files("lab.localkafka").joinpath("pom.xml")))
+        pom = Path(str(files("trainguard.lab.localkafka").joinpath("pom.xml")))
         lib.mkdir(parents=True, exist_ok=True)
         cmd = [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
                f"-DoutputDirectory={lib}", "-DincludeScope=runtime"]

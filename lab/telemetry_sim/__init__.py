@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from lab.telemetry_sim.engine import Simulation
-from lab.telemetry_sim.fleet import FleetMess, idle_hardware, merge
-from lab.telemetry_sim.plan import build_plan, labels
-from lab.telemetry_sim.scenario import Scenario, ScenarioError, load_scenario
-from lab.telemetry_sim.trace import TraceError, trace_faults
-from schemas.records import Record
+from trainguard.lab.telemetry_sim.engine import Simulation
+from trainguard.lab.telemetry_sim.fleet import FleetMess, idle_hardware, merge
+from trainguard.lab.telemetry_sim.plan import build_plan, labels
+from trainguard.lab.telemetry_sim.scenario import Scenario, ScenarioError, load_scenario
+from trainguard.lab.telemetry_sim.trace import TraceError, trace_faults
+from trainguard.schemas.records import Record
 
 
 def run_scenario(scenario: Scenario) -> tuple[Iterator[Record], list[dict[str, Any]]]:

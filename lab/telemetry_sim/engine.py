@@ -16,11 +16,11 @@ import math
 import random
 from collections.abc import Iterator
 
-from lab.telemetry_sim.hardware import NodeHardware
-from lab.telemetry_sim.plan import Fault, Layout
-from lab.telemetry_sim.scenario import Scenario
-from lab.telemetry_sim.steps import StepModel
-from lab.telemetry_sim.texts import (
+from trainguard.lab.telemetry_sim.hardware import NodeHardware
+from trainguard.lab.telemetry_sim.plan import Fault, Layout
+from trainguard.lab.telemetry_sim.scenario import Scenario
+from trainguard.lab.telemetry_sim.steps import StepModel
+from trainguard.lab.telemetry_sim.texts import (
     APP_CUDA_ERRORS,
     BENIGN_LOGS,
     CRASH_LOGS,
@@ -31,7 +31,15 @@ from lab.telemetry_sim.texts import (
     TRACEBACKS,
     WAITING_STACK,
 )
-from schemas.records import CheckpointEvent, Heartbeat, JobTopology, LogEvent, PhaseChange, Record, StackSample
+from trainguard.schemas.records import (
+    CheckpointEvent,
+    Heartbeat,
+    JobTopology,
+    LogEvent,
+    PhaseChange,
+    Record,
+    StackSample,
+)
 
 DAY_S = 86_400.0
 HANG_STACK_DELAY_S = 30.0

@@ -26,9 +26,9 @@ from collections.abc import Iterable, Iterator
 
 import msgspec
 
-from lab.telemetry_sim.hardware import NodeHardware
-from lab.telemetry_sim.scenario import Scenario
-from schemas.records import NodeGpuSample, RdmaSample, Record
+from trainguard.lab.telemetry_sim.hardware import NodeHardware
+from trainguard.lab.telemetry_sim.scenario import Scenario
+from trainguard.schemas.records import NodeGpuSample, RdmaSample, Record
 
 
 def idle_hardware(sc: Scenario, busy: dict[str, list[tuple[float, float]]], names: list[str]) -> Iterator[Record]:

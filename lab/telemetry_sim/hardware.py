@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import random
 
-from lab.telemetry_sim.plan import BENIGN_XIDS, Fault
-from schemas.records import GpuStats, NodeGpuSample, RdmaPort, RdmaSample, XidEvent
+from trainguard.lab.telemetry_sim.plan import BENIGN_XIDS, Fault
+from trainguard.schemas.records import GpuStats, NodeGpuSample, RdmaPort, RdmaSample, XidEvent
 
 MAX_CLOCK_MHZ = 1980.0
 DAY_S = 86_400.0

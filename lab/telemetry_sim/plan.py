@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from lab.telemetry_sim.scenario import DRAWN, FaultSpec, JobSpec, Scenario
+from trainguard.lab.telemetry_sim.scenario import DRAWN, FaultSpec, JobSpec, Scenario
 
 # Default fault lengths in seconds (how long until the job is recovered).
 DEFAULT_DURATION_S: dict[str, float] = {

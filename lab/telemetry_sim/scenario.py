@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from schemas.kinds import IncidentKind
+from trainguard.schemas.kinds import IncidentKind
 
 FaultKind = IncidentKind  # a Literal, so a bad kind is one line naming the key (schemas.kinds has the table)
 

@@ -14,9 +14,9 @@ import hashlib
 import math
 import random
 
-from lab.telemetry_sim.plan import Fault, Layout
-from lab.telemetry_sim.scenario import Scenario
-from schemas.records import TrainingStep
+from trainguard.lab.telemetry_sim.plan import Fault, Layout
+from trainguard.lab.telemetry_sim.scenario import Scenario
+from trainguard.schemas.records import TrainingStep
 
 DAY_S = 86_400.0
 

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lab.telemetry_sim.scenario import VARIANTS, FaultSpec, Scenario
+from trainguard.lab.telemetry_sim.scenario import VARIANTS, FaultSpec, Scenario
 
 TRACE_FILE = "fault_trace.json"
 

@@ -27,13 +27,13 @@ from typing import Any
 
 import msgspec
 
-from schemas.bounded import Bounded
-from schemas.codec import Codec, DecodeError
-from schemas.kafka_config import BrokerSettings
-from schemas.records import ActionCommand, ActionResult
-from schemas.signing import KeyRing, Signer, signed_by_node
-from schemas.topics import Topics
-from streams import kafka_io
+from trainguard.schemas.bounded import Bounded
+from trainguard.schemas.codec import Codec, DecodeError
+from trainguard.schemas.kafka_config import BrokerSettings
+from trainguard.schemas.records import ActionCommand, ActionResult
+from trainguard.schemas.signing import KeyRing, Signer, signed_by_node
+from trainguard.schemas.topics import Topics
+from trainguard.streams import kafka_io
 
 
 class KafkaCommandBus:

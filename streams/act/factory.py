@@ -21,28 +21,28 @@ from typing import Any
 
 import faust
 
-from actions.checkpoints import CheckpointRegistry
-from actions.core import ActCore, OnDecision
-from actions.engine import DecisionEngine
-from actions.ettr import EttrAccount
-from actions.executors import registry
-from actions.journal import Journal
-from actions.knowledge import JobKnowledge
-from actions.runner import PlanRunner, Rails
-from actions.safety import CircuitBreaker, Cooldown
-from actions.selfcheck.fanout import FanOut
-from actions.settings import ActionSettings
-from actions.standby import StandbyPool
-from schemas.actions import ACTIONS
-from schemas.codec import Codec
-from schemas.records import ActionCommand, ActionResult, AuditEntry, Record
-from schemas.topics import Topics, key_for
-from streams import kafka_io
-from streams.act.command_bus import KafkaCommandBus
-from streams.act.loop import create_act_app
-from streams.act.metrics import ActionMetrics
-from streams.act.state_mirror import StateMirror
-from streams.settings import ActConfig
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.core import ActCore, OnDecision
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.ettr import EttrAccount
+from trainguard.actions.executors import registry
+from trainguard.actions.journal import Journal
+from trainguard.actions.knowledge import JobKnowledge
+from trainguard.actions.runner import PlanRunner, Rails
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.selfcheck.fanout import FanOut
+from trainguard.actions.settings import ActionSettings
+from trainguard.actions.standby import StandbyPool
+from trainguard.schemas.actions import ACTIONS
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import ActionCommand, ActionResult, AuditEntry, Record
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams import kafka_io
+from trainguard.streams.act.command_bus import KafkaCommandBus
+from trainguard.streams.act.loop import create_act_app
+from trainguard.streams.act.metrics import ActionMetrics
+from trainguard.streams.act.state_mirror import StateMirror
+from trainguard.streams.settings import ActConfig
 
 log = logging.getLogger(__name__)
 ACL_TRUST_WARNING = ("incidents are NOT verified (security.incidents_trusted_by_acl, or a dry run): any record on "

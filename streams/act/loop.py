@@ -38,13 +38,21 @@ import faust
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from actions.core import ActCore
-from schemas.codec import Codec, DecodeError
-from schemas.kafka_config import BrokerSettings, client_options
-from schemas.records import ActionResult, AttemptKey, CheckpointEvent, Incident, JobTopology, OperatorCommand, Record
-from schemas.topics import Topics
-from streams import kafka_io
-from streams.settings import ActConfig
+from trainguard.actions.core import ActCore
+from trainguard.schemas.codec import Codec, DecodeError
+from trainguard.schemas.kafka_config import BrokerSettings, client_options
+from trainguard.schemas.records import (
+    ActionResult,
+    AttemptKey,
+    CheckpointEvent,
+    Incident,
+    JobTopology,
+    OperatorCommand,
+    Record,
+)
+from trainguard.schemas.topics import Topics
+from trainguard.streams import kafka_io
+from trainguard.streams.settings import ActConfig
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Record], None]

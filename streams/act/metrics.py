@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from actions.rollout import MODES
+from trainguard.actions.rollout import MODES
 
 
 class ActionMetrics:

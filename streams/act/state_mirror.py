@@ -34,10 +34,10 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, ProducerFenced
 
-from actions.journal import Journal
-from actions.state_items import Folded, Item, Reconciled, fold, reconcile, to_record
-from schemas.kafka_config import BrokerSettings
-from streams import kafka_io
+from trainguard.actions.journal import Journal
+from trainguard.actions.state_items import Folded, Item, Reconciled, fold, reconcile, to_record
+from trainguard.schemas.kafka_config import BrokerSettings
+from trainguard.streams import kafka_io
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from actions.alerts import TokenBucket, alertmanager_alert, slack_message
-from schemas.codec import Codec, DecodeError
-from schemas.kafka_config import BrokerSettings
-from schemas.records import Decision, Incident
-from schemas.topics import Topics
+from trainguard.actions.alerts import TokenBucket, alertmanager_alert, slack_message
+from trainguard.schemas.codec import Codec, DecodeError
+from trainguard.schemas.kafka_config import BrokerSettings
+from trainguard.schemas.records import Decision, Incident
+from trainguard.schemas.topics import Topics
 
 
 class AlertError(Exception):
@@ -102,7 +102,7 @@ class AlertRouter:
         The consumer is built by `streams.kafka_io` from the configured `BrokerSettings`, so the
         router reaches a TLS / SASL cluster like every other client.
         """
-        from streams import kafka_io
+        from trainguard.streams import kafka_io
 
         consumer = kafka_io.consumer(kafka_io.as_broker(broker), topics.name("incidents"), topics.name("decisions"),
                                      group_id=group_id, auto_offset_reset="earliest" if from_beginning else "latest")

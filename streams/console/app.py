@@ -30,14 +30,14 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from actions.rollout import check_mode, parse_subject
-from actions.verdicts import check_value
-from schemas.records import AuditEntry, OperatorCommand
-from streams.console import report as reports
-from streams.console import views
-from streams.console.auth import CSRF_COOKIE, SESSION_COOKIE, Authenticator, Identity, csrf_ok, same_origin
-from streams.console.feed import ConsoleFeed
-from streams.console.settings import ConsoleSettings
+from trainguard.actions.rollout import check_mode, parse_subject
+from trainguard.actions.verdicts import check_value
+from trainguard.schemas.records import AuditEntry, OperatorCommand
+from trainguard.streams.console import report as reports
+from trainguard.streams.console import views
+from trainguard.streams.console.auth import CSRF_COOKIE, SESSION_COOKIE, Authenticator, Identity, csrf_ok, same_origin
+from trainguard.streams.console.feed import ConsoleFeed
+from trainguard.streams.console.settings import ConsoleSettings
 
 STATIC = Path(__file__).parent / "static"
 VENDOR = ("vendor/uPlot.iife.min.js", "vendor/uPlot.min.css")

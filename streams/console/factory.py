@@ -12,17 +12,17 @@ from typing import Protocol
 from aiohttp import web
 from kafka.errors import KafkaError
 
-from actions.settings import ActionSettings
-from schemas.keys import SecuritySettings
-from schemas.signing import KeyFileError
-from schemas.topics import Topics
-from streams.admin import ensure_configured_topics
-from streams.console.app import AssetsMissing, create_app
-from streams.console.auth import Authenticator, CredentialsError, load_users
-from streams.console.feed import READ, ConsoleFeed
-from streams.console.settings import ConsoleSettings
-from streams.console.state import ConsoleState
-from streams.settings import KafkaConfig
+from trainguard.actions.settings import ActionSettings
+from trainguard.schemas.keys import SecuritySettings
+from trainguard.schemas.signing import KeyFileError
+from trainguard.schemas.topics import Topics
+from trainguard.streams.admin import ensure_configured_topics
+from trainguard.streams.console.app import AssetsMissing, create_app
+from trainguard.streams.console.auth import Authenticator, CredentialsError, load_users
+from trainguard.streams.console.feed import READ, ConsoleFeed
+from trainguard.streams.console.settings import ConsoleSettings
+from trainguard.streams.console.state import ConsoleState
+from trainguard.streams.settings import KafkaConfig
 
 
 class ConsoleConfig(KafkaConfig, Protocol):

@@ -21,13 +21,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from schemas.codec import Codec, DecodeError
-from schemas.kafka_config import BrokerSettings
-from schemas.records import OperatorCommand, Record
-from schemas.signing import Signer
-from schemas.topics import Topics, key_for
-from streams import kafka_io
-from streams.console.state import ConsoleState, Event
+from trainguard.schemas.codec import Codec, DecodeError
+from trainguard.schemas.kafka_config import BrokerSettings
+from trainguard.schemas.records import OperatorCommand, Record
+from trainguard.schemas.signing import Signer
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams import kafka_io
+from trainguard.streams.console.state import ConsoleState, Event
 
 log = logging.getLogger(__name__)
 READ = ("incidents", "decisions", "actions", "action-results", "audit", "operator", "anomalies", "training",

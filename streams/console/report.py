@@ -19,10 +19,10 @@ from typing import Any
 
 import msgspec
 
-from actions.rollout import RolloutPolicy, check_mode
-from actions.shadow import shadow_report
-from actions.verdicts import counts_by_rule
-from streams.console.state import ConsoleState
+from trainguard.actions.rollout import RolloutPolicy, check_mode
+from trainguard.actions.shadow import shadow_report
+from trainguard.actions.verdicts import counts_by_rule
+from trainguard.streams.console.state import ConsoleState
 
 
 def verdict_of(state: ConsoleState, incident_id: str) -> dict[str, Any] | None:

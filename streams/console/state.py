@@ -21,9 +21,9 @@ from typing import Any
 
 import msgspec
 
-from actions.ettr import EttrAccount, EttrReport
-from schemas.node_jobs import learn
-from schemas.records import (
+from trainguard.actions.ettr import EttrAccount, EttrReport
+from trainguard.schemas.node_jobs import learn
+from trainguard.schemas.records import (
     ActionCommand,
     ActionResult,
     Anomaly,

@@ -17,10 +17,10 @@ from typing import Any
 
 import msgspec
 
-from actions.rollout import ROLLOUT_KINDS
-from schemas.node_jobs import job_of
-from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit
-from streams.console.state import ConsoleState, audit_row, to_json
+from trainguard.actions.rollout import ROLLOUT_KINDS
+from trainguard.schemas.node_jobs import job_of
+from trainguard.schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit
+from trainguard.streams.console.state import ConsoleState, audit_row, to_json
 
 NODE_STATES = ("healthy", "suspect", "evicted", "in_repair", "standby")
 
@@ -134,7 +134,7 @@ def incident(state: ConsoleState, incident_id: str) -> dict[str, Any] | None:
 def depends(step: PlannedAction) -> str:
     """A step's references to earlier steps, in words ("" when it has none).
 
-    >>> from schemas.plan import StepCondition
+    >>> from trainguard.schemas.plan import StepCondition
     >>> depends(PlannedAction(action="evict_node", when=StepCondition(step=0), targets_from=CulpritsOf(step=1)))
     'only if step 0 failed; on the machines step 1 names'
     """

@@ -35,15 +35,15 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import IllegalStateError
 
-from schemas.topics import INPUT_TOPICS, Topics
-from streams import kafka_io
-from streams.worker import snapshot
-from streams.worker.metrics import WorkerMetrics
-from streams.worker.processor import OutMessage
-from streams.worker.tasks import Task, TaskFactory, read_snapshots, task_key
+from trainguard.schemas.topics import INPUT_TOPICS, Topics
+from trainguard.streams import kafka_io
+from trainguard.streams.worker import snapshot
+from trainguard.streams.worker.metrics import WorkerMetrics
+from trainguard.streams.worker.processor import OutMessage
+from trainguard.streams.worker.tasks import Task, TaskFactory, read_snapshots, task_key
 
 if TYPE_CHECKING:
-    from schemas.kafka_config import BrokerSettings
+    from trainguard.schemas.kafka_config import BrokerSettings
 
 log = logging.getLogger(__name__)
 SNAPSHOT_BUDGET = 0.05  # share of the loop's time that snapshots may take

@@ -16,15 +16,15 @@ from typing import Any
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from detectors.pipeline import DetectionPipeline
-from schemas.kafka_config import client_options
-from schemas.topics import Topics
-from streams.settings import WorkerConfig
-from streams.worker.batch_loop import BatchLoop
-from streams.worker.metrics import StateCensus, WorkerMetrics
-from streams.worker.skew import ClockSkewEstimator
-from streams.worker.tasks import NodeJobTable, TaskFactory
-from streams.worker.watermark import EventClock
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas.kafka_config import client_options
+from trainguard.schemas.topics import Topics
+from trainguard.streams.settings import WorkerConfig
+from trainguard.streams.worker.batch_loop import BatchLoop
+from trainguard.streams.worker.metrics import StateCensus, WorkerMetrics
+from trainguard.streams.worker.skew import ClockSkewEstimator
+from trainguard.streams.worker.tasks import NodeJobTable, TaskFactory
+from trainguard.streams.worker.watermark import EventClock
 
 
 def create_worker_app(settings: WorkerConfig) -> faust.App:

@@ -25,7 +25,7 @@ touches prometheus-client's global default registry, so two workers (or two
 tests) in one process never collide. The HTTP endpoint starts only when asked
 (`serve`, used when `settings.metrics.port` > 0).
 
->>> from streams.worker.processor import ProcessorStats
+>>> from trainguard.streams.worker.processor import ProcessorStats
 >>> stats = ProcessorStats(processed=3, by_topic={"gpu": 3})
 >>> m = WorkerMetrics(stats=stats)
 >>> m.value("trainguard_worker_events_total", topic="gpu")
@@ -45,10 +45,10 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from schemas.codec import Codec, DecodeError
-from schemas.kinds import ANOMALY_KINDS
-from schemas.topics import Topics
-from streams.worker.processor import OutMessage, ProcessorStats, RawMessage
+from trainguard.schemas.codec import Codec, DecodeError
+from trainguard.schemas.kinds import ANOMALY_KINDS
+from trainguard.schemas.topics import Topics
+from trainguard.streams.worker.processor import OutMessage, ProcessorStats, RawMessage
 
 BATCH_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -401,7 +401,7 @@ def detector_state_sizes(detectors: Iterable[object]) -> Callable[[], dict[str, 
 
 def detector_evictions(detectors: Iterable[object]) -> Callable[[], dict[str, int]]:
     """A callable reporting the evictions of each detector's bounded maps, by instance name."""
-    from schemas.bounded import bounded_evictions
+    from trainguard.schemas.bounded import bounded_evictions
 
     dets = list(detectors)
 

@@ -27,13 +27,13 @@ from typing import Any, Protocol
 
 import msgspec
 
-from detectors.pipeline import DetectionPipeline
-from schemas.codec import Codec, DecodeError
-from schemas.records import Anomaly, DeadLetter, Incident, Record
-from schemas.signing import Signer
-from schemas.topics import INTERNAL_RECORDS, NODE_TOPICS, TOPIC_RECORDS, Topics, key_for, tag_of
-from streams.worker.skew import ClockSkewEstimator, skew_anomaly
-from streams.worker.watermark import EventClock
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas.codec import Codec, DecodeError
+from trainguard.schemas.records import Anomaly, DeadLetter, Incident, Record
+from trainguard.schemas.signing import Signer
+from trainguard.schemas.topics import INTERNAL_RECORDS, NODE_TOPICS, TOPIC_RECORDS, Topics, key_for, tag_of
+from trainguard.streams.worker.skew import ClockSkewEstimator, skew_anomaly
+from trainguard.streams.worker.watermark import EventClock
 
 _ALLOWED = {**TOPIC_RECORDS, **INTERNAL_RECORDS}
 

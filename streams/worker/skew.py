@@ -32,8 +32,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Literal
 
-from schemas.ids import anomaly_id
-from schemas.records import Anomaly
+from trainguard.schemas.ids import anomaly_id
+from trainguard.schemas.records import Anomaly
 
 SkewState = Literal["skewed", "changed", "recovered"]
 

@@ -33,10 +33,10 @@ from typing import Any
 
 import msgspec
 
-from detectors.pipeline import DetectionPipeline
-from schemas.codec import AnyRecord
-from streams.worker.skew import ClockSkewEstimator
-from streams.worker.watermark import PartitionTime
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas.codec import AnyRecord
+from trainguard.streams.worker.skew import ClockSkewEstimator
+from trainguard.streams.worker.watermark import PartitionTime
 
 FORMAT = 3
 

@@ -24,19 +24,19 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.partitioner.default import murmur2
 
-from detectors.pipeline import DetectionPipeline
-from schemas import node_jobs
-from schemas.signing import Signer
-from schemas.topics import Topics
-from streams import kafka_io
-from streams.worker.processor import MessageProcessor, ProcessorStats, Routing
-from streams.worker.skew import ClockSkewEstimator
-from streams.worker.snapshot import Snapshot, assemble, owner_of
-from streams.worker.snapshot import load as load_snapshot
-from streams.worker.watermark import EventClock
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas import node_jobs
+from trainguard.schemas.signing import Signer
+from trainguard.schemas.topics import Topics
+from trainguard.streams import kafka_io
+from trainguard.streams.worker.processor import MessageProcessor, ProcessorStats, Routing
+from trainguard.streams.worker.skew import ClockSkewEstimator
+from trainguard.streams.worker.snapshot import Snapshot, assemble, owner_of
+from trainguard.streams.worker.snapshot import load as load_snapshot
+from trainguard.streams.worker.watermark import EventClock
 
 if TYPE_CHECKING:
-    from schemas.kafka_config import BrokerSettings
+    from trainguard.schemas.kafka_config import BrokerSettings
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
 
-from schemas.codec import Codec
-from schemas.records import CheckpointEvent, Incident, JobTopology, Record
-from schemas.topics import Topics, key_for
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import CheckpointEvent, Incident, JobTopology, Record
+from trainguard.schemas.topics import Topics, key_for
 
 SCRIPT = Path(__file__).parent / "agent_train_script.py"
 JOB = "act-e2e"

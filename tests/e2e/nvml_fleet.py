@@ -26,12 +26,12 @@ from typing import Any
 
 import pynvml
 
-from collectors.logs import FileFollower, LogParser
-from collectors.metrics import CollectorMetrics
-from collectors.node import LineSource, NodeLoop
-from collectors.nvml import GpuCollector, NvmlReader
-from collectors.publisher import Publisher
-from schemas.topics import Topics
+from trainguard.collectors.logs import FileFollower, LogParser
+from trainguard.collectors.metrics import CollectorMetrics
+from trainguard.collectors.node import LineSource, NodeLoop
+from trainguard.collectors.nvml import GpuCollector, NvmlReader
+from trainguard.collectors.publisher import Publisher
+from trainguard.schemas.topics import Topics
 
 
 def fake_nvml(state: Path) -> types.ModuleType:

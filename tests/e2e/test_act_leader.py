@@ -18,10 +18,10 @@ from fake_kube_api import FakeKube
 from kafka import KafkaProducer
 from processes import stop_all
 
-from schemas.codec import Codec
-from schemas.records import Incident
-from schemas.topics import Topics, key_for
-from streams.admin import ensure_topics
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import Incident
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams.admin import ensure_topics
 
 pytestmark = pytest.mark.e2e
 

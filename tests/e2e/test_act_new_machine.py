@@ -29,10 +29,10 @@ from typing import Any
 import pytest
 from processes import stop_all
 
-from actions.journal import Journal
-from schemas.records import ActionCommand, AuditEntry, CheckpointEvent, Incident, JobTopology, TrainingStep
-from schemas.topics import Topics
 from tests.e2e.act_kit import TRAINER, Tap, trainguard
+from trainguard.actions.journal import Journal
+from trainguard.schemas.records import ActionCommand, AuditEntry, CheckpointEvent, Incident, JobTopology, TrainingStep
+from trainguard.schemas.topics import Topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 JOB = "moved-job"

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 from processes import stop_all
 
-from actions.journal import Journal
-from schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, JobTopology
-from schemas.topics import Topics
 from tests.e2e.act_kit import TRAINER, Tap, trainguard
+from trainguard.actions.journal import Journal
+from trainguard.schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, JobTopology
+from trainguard.schemas.topics import Topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 JOB = "sigkill-job"

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from schemas.action_params import Restart
-from schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, TrainingStep
-from schemas.signing import Signer
-from schemas.topics import Topics
 from tests.e2e.act_kit import JOB, SCRIPT, Tap, env_for, trainguard
+from trainguard.schemas.action_params import Restart
+from trainguard.schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, TrainingStep
+from trainguard.schemas.signing import Signer
+from trainguard.schemas.topics import Topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from actions.replay import locate, plan_regroupings
-from schemas.action_params import Replay, SelfCheck
-from schemas.codec import encode
-from schemas.records import ActionCommand
+from trainguard.actions.replay import locate, plan_regroupings
+from trainguard.schemas.action_params import Replay, SelfCheck
+from trainguard.schemas.codec import encode
+from trainguard.schemas.records import ActionCommand
 
 pytestmark = pytest.mark.e2e
 

@@ -24,9 +24,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaConsumer, KafkaProducer
 
-from schemas.action_params import DumpStacks, Restart
-from schemas.codec import Codec
-from schemas.records import (
+from trainguard.schemas.action_params import DumpStacks, Restart
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import (
     ActionCommand,
     ActionResult,
     AuditEntry,
@@ -36,8 +36,8 @@ from schemas.records import (
     StackSample,
     TrainingStep,
 )
-from schemas.signing import Signer, load_signer
-from schemas.topics import Topics
+from trainguard.schemas.signing import Signer, load_signer
+from trainguard.schemas.topics import Topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 SCRIPT = Path(__file__).parent / "agent_train_script.py"

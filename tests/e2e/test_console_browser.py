@@ -26,7 +26,8 @@ from selenium.common.exceptions import NoSuchElementException, StaleElementRefer
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from schemas.records import (
+from tests.e2e.act_kit import Tap
+from trainguard.schemas.records import (
     ActionCommand,
     Anomaly,
     AuditEntry,
@@ -36,8 +37,7 @@ from schemas.records import (
     Record,
     TrainingStep,
 )
-from schemas.topics import Topics
-from tests.e2e.act_kit import Tap
+from trainguard.schemas.topics import Topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 JOB = "llm"

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from lab.demo.console import ConsoleReporter
-from lab.demo.runner import DemoRunner
-from lab.demo.scenario import short_scenario
+from trainguard.lab.demo.console import ConsoleReporter
+from trainguard.lab.demo.runner import DemoRunner
+from trainguard.lab.demo.scenario import short_scenario
 from trainguard.settings import load_settings
 
 NODE_SCOPED = {"hang", "slow", "bitflip", "xid79", "nan"}

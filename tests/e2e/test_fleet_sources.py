@@ -36,11 +36,11 @@ from fake_kube_api import FakeKube
 from kubernetes import client as k8s
 from processes import stop_all
 
-from schemas import Codec
-from schemas.records import Incident
-from schemas.topics import Topics
-from streams import kafka_io
-from streams.admin import ensure_topics
+from trainguard.schemas import Codec
+from trainguard.schemas.records import Incident
+from trainguard.schemas.topics import Topics
+from trainguard.streams import kafka_io
+from trainguard.streams.admin import ensure_topics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 HERE = Path(__file__).parent

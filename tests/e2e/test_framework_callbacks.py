@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 from processes import stop_all
 
-from schemas import Codec
-from schemas.records import CheckpointEvent, Incident, TrainingStep
-from schemas.topics import Topics
-from streams import kafka_io
-from streams.admin import ensure_topics
+from trainguard.schemas import Codec
+from trainguard.schemas.records import CheckpointEvent, Incident, TrainingStep
+from trainguard.schemas.topics import Topics
+from trainguard.streams import kafka_io
+from trainguard.streams.admin import ensure_topics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.broker]
 SCRIPT = Path(__file__).parent / "framework_train_script.py"

@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 from processes import stop_all
 
-from actions.journal import Journal
-from schemas.codec import Codec
-from schemas.records import ActionCommand, ActionResult, AuditEntry
-from schemas.signing import load_signer
-from schemas.topics import Topics
 from tests.e2e.act_kit import Tap, agent, base_env, hw, job_records, trainguard
+from trainguard.actions.journal import Journal
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import ActionCommand, ActionResult, AuditEntry
+from trainguard.schemas.signing import load_signer
+from trainguard.schemas.topics import Topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 

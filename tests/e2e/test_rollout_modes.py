@@ -30,12 +30,12 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from processes import stop_all
 
-from actions.journal import Journal
-from schemas.codec import Codec
-from schemas.records import ActionCommand, ActionResult, AuditEntry, OperatorCommand, Record
-from schemas.signing import Signer, load_signer
-from schemas.topics import Topics, key_for
 from tests.e2e.act_kit import Tap, agent, base_env, hw, job_records, trainguard
+from trainguard.actions.journal import Journal
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import ActionCommand, ActionResult, AuditEntry, OperatorCommand, Record
+from trainguard.schemas.signing import Signer, load_signer
+from trainguard.schemas.topics import Topics, key_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 NODES = ["ro0", "ro1", "ro2", "ro3"]

@@ -29,10 +29,10 @@ from typing import Any
 import pytest
 from processes import free_port
 
-from actions.journal import Journal
-from schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, JobTopology
-from schemas.topics import Topics
 from tests.e2e.act_kit import Tap
+from trainguard.actions.journal import Journal
+from trainguard.schemas.records import ActionCommand, ActionResult, AuditEntry, CheckpointEvent, Incident, JobTopology
+from trainguard.schemas.topics import Topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 TRAINER = Path(__file__).parent / "stubborn_trainer.py"

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer
 
-from schemas.codec import Codec
-from schemas.records import ActionCommand, AuditEntry, CheckpointEvent, Incident, JobTopology, TrainingStep
-from schemas.topics import Topics, key_for
 from tests.e2e.act_kit import JOB, SCRIPT, Tap, env_for, trainguard
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import ActionCommand, AuditEntry, CheckpointEvent, Incident, JobTopology, TrainingStep
+from trainguard.schemas.topics import Topics, key_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 

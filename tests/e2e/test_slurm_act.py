@@ -23,10 +23,10 @@ import pytest
 import yaml
 from kafka import KafkaProducer
 
-from schemas.codec import Codec
-from schemas.records import Incident
-from schemas.topics import Topics, key_for
-from streams.admin import ensure_topics
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import Incident
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams.admin import ensure_topics
 
 # Every job start runs the self-check prolog on a shared machine: generous deadlines, no timings.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -188,8 +188,8 @@ def test_sbatch_example_runs_one_agent_per_node(slurm: Slurm, kafka: str, topic_
     """deploy/slurm/train.sbatch as shipped, with a one-line trainer instead of torchrun."""
     from kafka import KafkaConsumer
 
-    from schemas.records import LogEvent
-    from schemas.topics import TOPIC_OF_TAG
+    from trainguard.schemas.records import LogEvent
+    from trainguard.schemas.topics import TOPIC_OF_TAG
 
     config = tmp_path / "trainguard.yaml"
     keys.node("gn1", "gn2")  # each agent signs its results with its own node key
@@ -228,7 +228,7 @@ def test_a_lemon_is_drained_on_real_slurm_with_a_reason_naming_the_quarantine(
         slurm: Slurm, monkeypatch: pytest.MonkeyPatch) -> None:
     """`SlurmExecutor.mark_lemon` against the real slurmctld: `scontrol show node` (and `sinfo -R`) tell the admins
     why the node is out, and a release keeps it drained (still out of the pool) with a reason that says so."""
-    from actions.executors.slurm import SlurmExecutor
+    from trainguard.actions.executors.slurm import SlurmExecutor
 
     monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
     ex = SlurmExecutor(clock=time.time)

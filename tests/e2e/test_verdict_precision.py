@@ -37,11 +37,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from processes import stop_all
 
-from schemas.codec import Codec
-from schemas.records import AuditEntry, OperatorCommand
-from schemas.signing import Signer, load_signer
-from schemas.topics import Topics, key_for
 from tests.e2e.act_kit import Tap, base_env, hw, trainguard
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import AuditEntry, OperatorCommand
+from trainguard.schemas.signing import Signer, load_signer
+from trainguard.schemas.topics import Topics, key_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
 JOB = "verdict-job"

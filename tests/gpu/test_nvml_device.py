@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
-from collectors.nvml import GpuCollector
-from schemas.codec import Codec
+from trainguard.collectors.nvml import GpuCollector
+from trainguard.schemas.codec import Codec
 
 pytestmark = pytest.mark.gpu
 

@@ -7,7 +7,7 @@ import torch
 from fakes import ListSink
 from torch import nn
 
-from schemas.records import TrainingStep
+from trainguard.schemas.records import TrainingStep
 from trainguard.training_hook import TrainingMonitor, detect_peak_flops
 
 pytestmark = pytest.mark.gpu

@@ -13,8 +13,8 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from processes import stop_all
 
-from schemas import Codec, Record
-from schemas.topics import Topics, key_for
+from trainguard.schemas import Codec, Record
+from trainguard.schemas.topics import Topics, key_for
 
 
 def tg_env(topic_prefix: str, tmp_path: Path) -> dict[str, str]:

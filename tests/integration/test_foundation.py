@@ -16,8 +16,8 @@ from pathlib import Path
 
 from kafka import KafkaAdminClient
 
-from schemas import Anomaly, CheckpointEvent, DeadLetter, Decision, Incident, TrainingStep
-from schemas.topics import Topics
+from trainguard.schemas import Anomaly, CheckpointEvent, DeadLetter, Decision, Incident, TrainingStep
+from trainguard.schemas.topics import Topics
 
 
 def test_broker_lists_topics_through_kafka_python(kafka: str) -> None:

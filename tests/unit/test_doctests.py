@@ -15,7 +15,8 @@ from types import ModuleType
 
 import pytest
 
-PACKAGES = ("schemas", "detectors", "actions", "streams", "collectors", "trainguard", "lab", "benchmarks")
+# trainguard holds every room (trainguard.schemas, trainguard.detectors, ...), so walking it walks them all.
+PACKAGES = ("trainguard", "benchmarks")
 
 
 def _modules(package: str) -> list[str]:
@@ -40,7 +41,7 @@ WITH_EXAMPLES = _with_examples()
 
 
 def test_the_walk_finds_examples_in_every_package() -> None:
-    found = {name.split(".", 1)[0] for name in WITH_EXAMPLES}
+    found = {name.removeprefix("trainguard.").split(".", 1)[0] for name in WITH_EXAMPLES}
     assert found >= {"schemas", "detectors", "actions", "streams", "collectors", "lab"}, found
 
 

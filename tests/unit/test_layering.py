@@ -9,6 +9,11 @@ itself, and act's core (`actions/core.py`) no Kafka client and no streams.
 `lab` (offline work: simulators, backtest, demo, local broker) is left out of
 the runtime image, so no runtime package imports it, and `trainguard` (the CLI)
 imports it only inside the commands that need it; lab itself may import anything.
+
+One package on a user's path: the rooms are the top-level folders of the repository and
+are imported as `trainguard.<room>` (trainguard/<room> links to each folder). The rules
+below read `trainguard.schemas.records` as the room `schemas`; a bare `import schemas`
+is refused outright, because an installed trainguard has no such package.
 """
 
 from __future__ import annotations
@@ -29,17 +34,31 @@ ALLOWED: dict[str, set[str]] = {
 PROJECT = {"schemas", "detectors", "actions", "streams", "collectors", "trainguard", "lab"}
 KAFKA = {"kafka", "aiokafka", "faust", "confluent_kafka"}
 CLOCK_CALLS = {"time", "monotonic", "perf_counter", "now", "utcnow", "today", "time_ns"}
+ROOMS = ("schemas", "detectors", "actions", "streams", "collectors", "lab")  # trainguard.<room> on the path
+
+
+def _room(name: str) -> str:
+    """`trainguard.schemas.records` -> `schemas.records`: the rules speak of rooms, the code imports them
+    through the one package. Anything else is returned as it is."""
+    head, _, rest = name.partition(".")
+    if head == "trainguard" and rest.split(".")[0] in ROOMS:
+        return rest
+    return name
+
+
+def _raw_imports(path: Path) -> set[str]:
+    """Every absolute module name the file imports, as written."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
 
 
 def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module.split(".")[0])
-    return out
+    return {_room(name).split(".")[0] for name in _raw_imports(path)}
 
 
 def _module_level_imports(path: Path) -> set[str]:
@@ -50,9 +69,9 @@ def _module_level_imports(path: Path) -> set[str]:
     while pending:
         node = pending.pop()
         if isinstance(node, ast.Import):
-            out.update(alias.name.split(".")[0] for alias in node.names)
+            out.update(_room(alias.name).split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module.split(".")[0])
+            out.add(_room(node.module).split(".")[0])
         elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
             pending += node.body + node.orelse
         elif isinstance(node, ast.Try):
@@ -69,10 +88,10 @@ def _modules(path: Path) -> set[str]:
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
+            out.update(_room(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+            out.add(_room(node.module))
+            out.update(_room(f"{node.module}.{alias.name}") for alias in node.names)
     return out
 
 
@@ -214,6 +233,7 @@ def _import_graph(root: Path, packages: list[str]) -> dict[str, set[str]]:
     files = {_module_name(p, root): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))}
 
     def resolve(name: str) -> str | None:
+        name = _room(name)
         while name and name not in files:
             name = name.rpartition(".")[0]
         return name or None
@@ -287,3 +307,28 @@ def test_act_takes_its_building_blocks_from_schemas_not_the_detectors() -> None:
     for path in _files("actions"):
         bad = sorted(m for m in _modules(path) if _within(m, "detectors.common") or _within(m, "detectors.base"))
         assert not bad, f"{path.relative_to(ROOT)} imports {bad} (use schemas.bounded / schemas.ids)"
+
+
+# ------------------------------------------------------------------ one package on a user's path
+CODE = [*RUNTIME, "tests", "tools"]
+
+
+def test_every_room_is_linked_into_the_one_package() -> None:
+    for room in ROOMS:
+        link = ROOT / "trainguard" / room
+        assert link.is_symlink() and link.resolve() == (ROOT / room).resolve(), f"trainguard/{room}"
+
+
+def test_nothing_imports_a_room_by_its_bare_name() -> None:
+    files = [p for top in CODE if (ROOT / top).is_dir() for p in sorted((ROOT / top).rglob("*.py"))]
+    assert len(files) > 300  # the walk saw the tree (rglob does not follow the links under trainguard/)
+    bare = [f"{p.relative_to(ROOT)}: {name}" for p in files for name in sorted(_raw_imports(p))
+            if name.split(".")[0] in ROOMS]
+    assert not bare, f"import trainguard.<room>, not the bare room (an installed trainguard has no such package): {bare}"
+
+
+def test_room_names_are_read_through_the_package(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("import trainguard.schemas.records\nfrom trainguard.detectors import base\nimport trainguard.cli\n")
+    assert _modules(probe) == {"schemas.records", "detectors", "detectors.base", "trainguard.cli"}
+    assert _imports(probe) == {"schemas", "detectors", "trainguard"}

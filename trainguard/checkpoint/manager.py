@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import trainguard.checkpoint.pinned as pinned
-from schemas.records import CheckpointEvent
 from trainguard.checkpoint.config import CheckpointConfig
 from trainguard.checkpoint.layout import Layout, checksum, copy_in, flatten, local_tensor, plan_layout
 from trainguard.checkpoint.peer import BackupServer, PeerChoice, choose_peer, send_backup
@@ -43,6 +42,7 @@ from trainguard.checkpoint.store import (
     read_slot_manifests,
     write_files,
 )
+from trainguard.schemas.records import CheckpointEvent
 
 log = logging.getLogger(__name__)
 

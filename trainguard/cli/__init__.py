@@ -13,12 +13,12 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from schemas.kafka_config import SecretError
-from schemas.signing import KeyFileError
-from streams.admin import BrokerUnreachable
 from trainguard import __version__
 from trainguard.cli.errors import UsageError
+from trainguard.schemas.kafka_config import SecretError
+from trainguard.schemas.signing import KeyFileError
 from trainguard.settings import ConfigError, load_settings
+from trainguard.streams.admin import BrokerUnreachable
 
 COMMANDS: tuple[str, ...] = (
     "broker",

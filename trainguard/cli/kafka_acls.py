@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from schemas.topics import INPUT_TOPICS
+from trainguard.schemas.topics import INPUT_TOPICS
 
 Operation = Literal["READ", "WRITE", "DESCRIBE"]
 

@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from collectors.agent.selfcheck.machine import STARTUP_GRACE_S, MachineSpec, run_machine
-from schemas.selfcheck import DEFAULT_CHECKS, SelfCheckReport, aggregate, aggregate_replay
+from trainguard.collectors.agent.selfcheck.machine import STARTUP_GRACE_S, MachineSpec, run_machine
+from trainguard.schemas.selfcheck import DEFAULT_CHECKS, SelfCheckReport, aggregate, aggregate_replay
 
 
 def run_hierarchy(machines: list[str], *, checks: list[str] | None = None, ppn: int = 2, timeout_s: float = 10.0,

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schemas.action_params import MachineCheck
-from schemas.selfcheck import DIST_STAGES
+from trainguard.schemas.action_params import MachineCheck
+from trainguard.schemas.selfcheck import DIST_STAGES
 
 STARTUP_GRACE_S = 90.0  # importing torch in several processes on a busy host is slow
 MARGIN_S = 2.0  # report this long before the deadline, so the answer reaches act in time
@@ -119,7 +119,7 @@ def _launch(spec: MachineSpec, stages: list[str], out: Path,
     procs = []
     for rank in spec.local_ranks:
         with (out / f"rank-{rank}.log").open("wb") as log:  # the child keeps its own copy of the descriptor
-            procs.append(subprocess.Popen([sys.executable, "-m", "collectors.agent.selfcheck.worker",
+            procs.append(subprocess.Popen([sys.executable, "-m", "trainguard.collectors.agent.selfcheck.worker",
                                            str(out / "spec.json"), str(rank)],
                                           stdout=log, stderr=subprocess.STDOUT, env=env))
     return procs

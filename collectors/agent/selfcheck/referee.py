@@ -27,7 +27,7 @@ import json
 import time
 from typing import Any
 
-from schemas.selfcheck import evaluate_stage
+from trainguard.schemas.selfcheck import evaluate_stage
 
 EARLY_STOP_STAGES = ("all_to_all", "all_gather")  # bitwise is the last stage; a replay has one
 

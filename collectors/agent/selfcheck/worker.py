@@ -1,4 +1,4 @@
-"""One rank of a self-check world: `python -m collectors.agent.selfcheck.worker SPEC RANK`.
+"""One rank of a self-check world: `python -m trainguard.collectors.agent.selfcheck.worker SPEC RANK`.
 
 Every rank runs the requested stages in order and writes one JSON file per
 stage (`<out>/<stage>-<rank>.json`) as soon as it finishes it; its machine's
@@ -25,9 +25,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from collectors.agent.selfcheck.referee import EARLY_STOP_STAGES, go_on
-from collectors.agent.selfcheck.reference import digest, faults_for, full_gradient, reference_step, shard_gradient
-from schemas.selfcheck import neighbour_pairs
+from trainguard.collectors.agent.selfcheck.referee import EARLY_STOP_STAGES, go_on
+from trainguard.collectors.agent.selfcheck.reference import (
+    digest,
+    faults_for,
+    full_gradient,
+    reference_step,
+    shard_gradient,
+)
+from trainguard.schemas.selfcheck import neighbour_pairs
 
 
 def main(spec_path: str, rank_arg: str) -> int:

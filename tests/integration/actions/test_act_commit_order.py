@@ -15,12 +15,12 @@ from pathlib import Path
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition
 
-from schemas.codec import Codec
-from schemas.records import CheckpointEvent, Record
-from schemas.topics import Topics, key_for
-from streams.act.loop import ActLoop
-from streams.admin import ensure_topics
-from streams.kafka_io import as_broker
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import CheckpointEvent, Record
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams.act.loop import ActLoop
+from trainguard.streams.admin import ensure_topics
+from trainguard.streams.kafka_io import as_broker
 
 
 class HeldCore:

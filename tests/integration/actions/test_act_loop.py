@@ -22,12 +22,12 @@ from kafka import KafkaProducer
 from kafka_reads import read_all
 from processes import free_port
 
-from actions.journal import Journal
-from schemas.codec import Codec
-from schemas.records import ActionResult, AuditEntry, Incident, JobTopology
-from schemas.signing import load_signer
-from schemas.topics import Topics, key_for
-from streams.admin import ensure_topics
+from trainguard.actions.journal import Journal
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import ActionResult, AuditEntry, Incident, JobTopology
+from trainguard.schemas.signing import load_signer
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams.admin import ensure_topics
 
 NODES = [f"n{i}" for i in range(8)]
 

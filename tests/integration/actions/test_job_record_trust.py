@@ -20,10 +20,10 @@ from kafka import KafkaProducer
 from kafka_reads import read_all
 from processes import free_port
 
-from schemas.codec import Codec
-from schemas.records import AuditEntry, CheckpointEvent
-from schemas.topics import Topics, key_for
-from streams.admin import ensure_topics
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import AuditEntry, CheckpointEvent
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams.admin import ensure_topics
 
 
 def _run_act(env: dict[str, str], port: int) -> tuple[str, str]:

@@ -15,9 +15,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from actions.executors.kubernetes import KubernetesExecutor
-from schemas.action_params import NoParams
-from schemas.records import ActionCommand
+from trainguard.actions.executors.kubernetes import KubernetesExecutor
+from trainguard.schemas.action_params import NoParams
+from trainguard.schemas.records import ActionCommand
 
 
 def command(action: str, node: str, reason: str = "hw_fault") -> ActionCommand:

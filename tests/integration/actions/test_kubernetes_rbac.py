@@ -19,10 +19,10 @@ import pytest
 from helmchart import render
 from kubernetes import client
 
-from actions.executors.kubernetes import KubernetesExecutor
-from schemas.action_params import NoParams
-from schemas.records import ActionCommand
-from streams.act.leader import LeaseElector
+from trainguard.actions.executors.kubernetes import KubernetesExecutor
+from trainguard.schemas.action_params import NoParams
+from trainguard.schemas.records import ActionCommand
+from trainguard.streams.act.leader import LeaseElector
 
 VERBS = {"GET": "get", "PATCH": "patch", "POST": "create", "PUT": "update"}
 

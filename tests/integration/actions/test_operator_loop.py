@@ -20,12 +20,20 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaConsumer, KafkaProducer
 
-from actions.journal import Journal
-from schemas.codec import Codec
-from schemas.records import ActionCommand, ActionResult, AuditEntry, Incident, JobTopology, OperatorCommand, Record
-from schemas.signing import Signer, load_signer
-from schemas.topics import Topics, key_for
-from streams.admin import ensure_topics
+from trainguard.actions.journal import Journal
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import (
+    ActionCommand,
+    ActionResult,
+    AuditEntry,
+    Incident,
+    JobTopology,
+    OperatorCommand,
+    Record,
+)
+from trainguard.schemas.signing import Signer, load_signer
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams.admin import ensure_topics
 
 
 def send(kafka: str, topics: Topics, *records: Record, signer: Signer | None = None) -> None:

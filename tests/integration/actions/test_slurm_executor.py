@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from actions.executors.slurm import SlurmExecutor
-from schemas.action_params import Removal
-from schemas.records import ActionCommand
+from trainguard.actions.executors.slurm import SlurmExecutor
+from trainguard.schemas.action_params import Removal
+from trainguard.schemas.records import ActionCommand
 
 FAKE = r'''#!/usr/bin/env python3
 import json, os, sys

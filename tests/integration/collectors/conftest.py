@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer
 
-from schemas.codec import Codec
+from trainguard.schemas.codec import Codec
 
 
 def read_records(servers: str, topics: list[str], *, expect: int, timeout_s: float = 30.0) -> list[Any]:

@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from collectors.publisher import Publisher
-from schemas.records import TrainingStep
-from schemas.topics import Topics
+from trainguard.collectors.publisher import Publisher
+from trainguard.schemas.records import TrainingStep
+from trainguard.schemas.topics import Topics
 
 
 def main(servers: str, prefix: str, spool: str, rate: float) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from schemas.records import LogEvent, NodeGpuSample, RdmaSample
-from schemas.topics import Topics
+from trainguard.schemas.records import LogEvent, NodeGpuSample, RdmaSample
+from trainguard.schemas.topics import Topics
 
 pytestmark = pytest.mark.broker
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "sysfs" / "class" / "infiniband"

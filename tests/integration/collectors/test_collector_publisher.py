@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from processes import free_port
 
-from collectors.publisher import Publisher
-from lab.localkafka.broker import LocalBroker
-from schemas.records import Heartbeat, NodeGpuSample, TrainingStep
-from schemas.topics import Topics
+from trainguard.collectors.publisher import Publisher
+from trainguard.lab.localkafka.broker import LocalBroker
+from trainguard.schemas.records import Heartbeat, NodeGpuSample, TrainingStep
+from trainguard.schemas.topics import Topics
 from trainguard.settings import BrokerSettings
 
 pytestmark = pytest.mark.broker

@@ -18,11 +18,11 @@ from fake_kube_api import FakeKube
 from fakes import ListSink
 from kubernetes import client as k8s
 
-from collectors.metrics import CollectorMetrics
-from collectors.node import NodeLoop
-from collectors.npd import NpdWatcher
-from detectors.hardware import HardwareDetector
-from schemas.records import LogEvent, NodeCondition
+from trainguard.collectors.metrics import CollectorMetrics
+from trainguard.collectors.node import NodeLoop
+from trainguard.collectors.npd import NpdWatcher
+from trainguard.detectors.hardware import HardwareDetector
+from trainguard.schemas.records import LogEvent, NodeCondition
 
 NODE = "gpu-node-3"
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from collectors.publisher import Publisher
-from schemas.records import LogEvent, TrainingStep
-from schemas.topics import Topics
-from streams.admin import ensure_topics
+from trainguard.collectors.publisher import Publisher
+from trainguard.schemas.records import LogEvent, TrainingStep
+from trainguard.schemas.topics import Topics
+from trainguard.streams.admin import ensure_topics
 
 pytestmark = pytest.mark.broker
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from secure_broker import Authority, SecureBroker, start
 
-from lab.localkafka.broker import LocalBroker
+from trainguard.lab.localkafka.broker import LocalBroker
 from trainguard.settings import load_settings
 
 

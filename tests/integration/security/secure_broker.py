@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from processes import free_port
 
-from lab.localkafka.broker import LocalBroker
+from trainguard.lab.localkafka.broker import LocalBroker
 from trainguard.settings import BrokerSettings
 
 USERS = {"admin": "admin-secret", "collector": "collector-secret", "agent-n1": "agent-secret",
@@ -125,8 +125,8 @@ class SecureBroker:
             ResourceType,
         )
 
-        from schemas.kafka_config import client_options
         from trainguard.cli.kafka_acls import recommended
+        from trainguard.schemas.kafka_config import client_options
 
         options = client_options(BrokerSettings.model_validate({
             "bootstrap": self.sasl_ssl, "security_protocol": "SASL_SSL", "tls": {"ca_file": self.ca_file},

@@ -28,11 +28,11 @@ import yaml
 from kafka import KafkaConsumer, KafkaProducer
 from secure_broker import SecureBroker
 
-from schemas.codec import Codec
-from schemas.records import Incident, OperatorCommand
-from schemas.signing import generate, load_ring
-from schemas.topics import Topics, key_for
-from streams.admin import ensure_topics
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import Incident, OperatorCommand
+from trainguard.schemas.signing import generate, load_ring
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams.admin import ensure_topics
 
 pytestmark = pytest.mark.broker
 PRINCIPALS = {"collector": "collector", "agent": "agent-n1", "worker": "worker", "act": "act", "console": "console",

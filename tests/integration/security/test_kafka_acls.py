@@ -22,14 +22,14 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, TopicAuthorizationFailedError
 from secure_broker import SecureBroker
 
-from actions.journal import Journal
-from collectors.agent.command_feed import KafkaCommandFeed
-from schemas.codec import Codec
-from schemas.kafka_config import BrokerSettings, client_options
-from schemas.records import ActionCommand, ActionResult, Heartbeat, Incident, OperatorCommand
-from schemas.topics import Topics
-from streams.act.state_mirror import StateMirror
-from streams.admin import ensure_topics
+from trainguard.actions.journal import Journal
+from trainguard.collectors.agent.command_feed import KafkaCommandFeed
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.kafka_config import BrokerSettings, client_options
+from trainguard.schemas.records import ActionCommand, ActionResult, Heartbeat, Incident, OperatorCommand
+from trainguard.schemas.topics import Topics
+from trainguard.streams.act.state_mirror import StateMirror
+from trainguard.streams.admin import ensure_topics
 
 pytestmark = pytest.mark.broker
 PRINCIPALS = {"collector": "collector", "agent": "agent-n1", "worker": "worker", "act": "act", "console": "console",

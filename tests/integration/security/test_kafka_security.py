@@ -21,13 +21,13 @@ from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 from secure_broker import Authority, SecureBroker, unsecured_jwt
 
-from collectors.publisher import Publisher
-from schemas.codec import Codec
-from schemas.kafka_config import BrokerSettings, client_options
-from schemas.records import Heartbeat
-from schemas.topics import Topics
-from streams import kafka_io
-from streams.admin import ensure_topics
+from trainguard.collectors.publisher import Publisher
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.kafka_config import BrokerSettings, client_options
+from trainguard.schemas.records import Heartbeat
+from trainguard.schemas.topics import Topics
+from trainguard.streams import kafka_io
+from trainguard.streams.admin import ensure_topics
 
 pytestmark = pytest.mark.broker
 
@@ -126,7 +126,7 @@ def test_a_wrong_password_is_refused(secure_broker: SecureBroker, tmp_path: Path
 
 def test_record_and_replay_over_sasl_ssl(secure_broker: SecureBroker, tmp_path: Path) -> None:
     """`trainguard replay` and `trainguard record` use the same secured clients."""
-    from streams.recording import RecordingWriter, read_recording, record, replay
+    from trainguard.streams.recording import RecordingWriter, read_recording, record, replay
 
     broker = BrokerSettings.model_validate({
         "bootstrap": secure_broker.sasl_ssl, "security_protocol": "SASL_SSL", "tls": {"ca_file": secure_broker.ca_file},

@@ -19,12 +19,12 @@ import yaml
 from kafka import KafkaConsumer
 from secure_broker import SecureBroker
 
-from collectors.publisher import Publisher
-from schemas.codec import Codec
-from schemas.kafka_config import BrokerSettings, client_options
-from schemas.records import CheckpointEvent, Incident, TrainingStep
-from schemas.signing import generate
-from schemas.topics import Topics
+from trainguard.collectors.publisher import Publisher
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.kafka_config import BrokerSettings, client_options
+from trainguard.schemas.records import CheckpointEvent, Incident, TrainingStep
+from trainguard.schemas.signing import generate
+from trainguard.schemas.topics import Topics
 
 
 def test_worker_and_act_run_over_sasl_ssl(secure_broker: SecureBroker, tmp_path: Path) -> None:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from lab.telemetry_sim import run_scenario
-from lab.telemetry_sim.scenario import parse_scenario
-from schemas.topics import Topics
-from streams.admin import ensure_topics
-from streams.recording import DeliveryError, Event, read_recording, record, replay, write_recording
 from trainguard.cli import main
+from trainguard.lab.telemetry_sim import run_scenario
+from trainguard.lab.telemetry_sim.scenario import parse_scenario
+from trainguard.schemas.topics import Topics
+from trainguard.streams.admin import ensure_topics
+from trainguard.streams.recording import DeliveryError, Event, read_recording, record, replay, write_recording
 
 pytestmark = pytest.mark.broker
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from fakes import Clock, Scripted
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from actions.journal import Journal
-from actions.runner import PlanRunner, Rails
-from actions.safety import CircuitBreaker, Cooldown
-from actions.standby import StandbyPool
-from schemas.records import AuditEntry, CheckpointEvent, Incident, JobTopology, Record
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.journal import Journal
+from trainguard.actions.runner import PlanRunner, Rails
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.standby import StandbyPool
+from trainguard.schemas.records import AuditEntry, CheckpointEvent, Incident, JobTopology, Record
 
 
 def build(tmp_path: Path, executor: Scripted, *, jobs: int = 1, nodes: int = 8, spares: list[str] | None = None,

@@ -8,15 +8,15 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from actions.journal import Journal
-from actions.rollout import RolloutPolicy
-from actions.runner import PlanRunner, Rails
-from actions.safety import CircuitBreaker, Cooldown
-from actions.standby import StandbyPool
-from schemas.actions import ACTIONS
-from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.journal import Journal
+from trainguard.actions.rollout import RolloutPolicy
+from trainguard.actions.runner import PlanRunner, Rails
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.standby import StandbyPool
+from trainguard.schemas.actions import ACTIONS
+from trainguard.schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology
 
 NOW = 10_000.0
 

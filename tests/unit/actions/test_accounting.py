@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import pytest
 
-from actions.checkpoints import CheckpointRegistry
-from actions.ettr import EttrAccount
-from actions.replay import locate, plan_regroupings
-from schemas.records import ActionResult, CheckpointEvent, Incident, TrainingStep
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.ettr import EttrAccount
+from trainguard.actions.replay import locate, plan_regroupings
+from trainguard.schemas.records import ActionResult, CheckpointEvent, Incident, TrainingStep
 
 StepFactory = Callable[..., TrainingStep]
 

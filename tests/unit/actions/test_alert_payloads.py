@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from actions.alerts import TokenBucket, alertmanager_alert, plan_text, slack_message
-from schemas.records import Decision, Incident, PlannedAction
+from trainguard.actions.alerts import TokenBucket, alertmanager_alert, plan_text, slack_message
+from trainguard.schemas.records import Decision, Incident, PlannedAction
 
 INC = Incident(ts=10.0, id="inc-1", kind="hw_fault", job="llm", onset=5.0, detected_at=10.0, nodes=["gpu-3"])
 DEC = Decision(ts=11.0, id="d-1", incident_id="inc-1", job="llm", kind="hw_fault", rule="hw_fault.evict",

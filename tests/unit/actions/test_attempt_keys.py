@@ -13,13 +13,13 @@ import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fakes import Scripted
 
-from actions.attempt_keys import AttemptKeys, Verdict
-from actions.core import ActCore
-from actions.knowledge import JobKnowledge
-from schemas.codec import Codec
-from schemas.records import AttemptKey, CheckpointEvent, JobTopology, Record
-from schemas.signing import Signer, attempt_key_id, generate, load_ring, load_signer, public_b64
 from tests.unit.actions.rails_kit import build, events, hw
+from trainguard.actions.attempt_keys import AttemptKeys, Verdict
+from trainguard.actions.core import ActCore
+from trainguard.actions.knowledge import JobKnowledge
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import AttemptKey, CheckpointEvent, JobTopology, Record
+from trainguard.schemas.signing import Signer, attempt_key_id, generate, load_ring, load_signer, public_b64
 
 CODEC = Codec()
 
@@ -103,7 +103,7 @@ def test_a_record_ahead_of_its_key_waits_and_is_handed_back_when_the_key_arrives
     signed = n1.sign(record)
     verdict = verify(keys, record, signed)
     assert verdict.wait and "not announced" in verdict.problem
-    from actions.attempt_keys import Held
+    from trainguard.actions.attempt_keys import Held
     assert keys.hold(Held(record, *signed)) is None
     released = keys.admit(n1.announcement)
     assert [h.record for h in released] == [record]
@@ -112,7 +112,7 @@ def test_a_record_ahead_of_its_key_waits_and_is_handed_back_when_the_key_arrives
 
 
 def test_held_records_are_bounded_the_oldest_is_pushed_out() -> None:
-    from actions.attempt_keys import Held
+    from trainguard.actions.attempt_keys import Held
     keys, ghost = AttemptKeys(max_held=2), Attempt("j0", 5, "n1")
     out = [keys.hold(Held(ckpt(step=s), *ghost.sign(ckpt(step=s)))) for s in (1, 2, 3)]
     assert out[:2] == [None, None] and out[2] is not None and out[2].record.step == 1

@@ -22,14 +22,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from actions.journal import Journal
-from actions.runner import PlanRunner, Rails
-from actions.safety import CircuitBreaker, Cooldown
-from actions.standby import StandbyPool
-from schemas.actions import AGENT_ACTIONS, CLUSTER_ACTIONS
-from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.journal import Journal
+from trainguard.actions.runner import PlanRunner, Rails
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.standby import StandbyPool
+from trainguard.schemas.actions import AGENT_ACTIONS, CLUSTER_ACTIONS
+from trainguard.schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology
 
 JOBS, NODES, FRACTION = 6, 8, 0.25
 JOB_SHARE = max(1, int(FRACTION * NODES))

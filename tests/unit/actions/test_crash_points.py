@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from actions.journal import Journal
-from actions.knowledge import JobKnowledge
-from actions.runner import PlanRunner, Rails
-from actions.safety import CircuitBreaker, Cooldown
-from actions.standby import StandbyPool
-from schemas.actions import ACTIONS
-from schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.journal import Journal
+from trainguard.actions.knowledge import JobKnowledge
+from trainguard.actions.runner import PlanRunner, Rails
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.standby import StandbyPool
+from trainguard.schemas.actions import ACTIONS
+from trainguard.schemas.records import ActionCommand, ActionResult, CheckpointEvent, Incident, JobTopology
 
 NODES = [f"n{i}" for i in range(8)]
 INCIDENT = Incident(ts=100.0, id="inc-hw", kind="hw_fault", job="j", onset=99.0, detected_at=100.0, nodes=["n3"])
@@ -76,7 +76,7 @@ class Fleet:
             status, details = "ok", {}
             self.executed[command.id] = "ok"
         self.budget.point(before=False)
-        from actions.executors.base import merge_results  # the real merge: it reads "already executed"
+        from trainguard.actions.executors.base import merge_results  # the real merge: it reads "already executed"
 
         result = ActionResult(ts=1.0, command_id=command.id, action=command.action, status=status,  # type: ignore[arg-type]
                               job=command.job, node=targets[0] if targets else "", details=details)

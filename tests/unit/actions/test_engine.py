@@ -7,9 +7,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from schemas.records import CheckpointEvent, Incident, JobTopology
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.schemas.records import CheckpointEvent, Incident, JobTopology
 
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, tp=2, dp=4,
                    rank_nodes={r: f"n{r // 2}" for r in range(8)})  # 4 nodes, tp=2 within a node
@@ -156,7 +156,7 @@ def test_topology_from_incident_evidence_when_none_announced() -> None:
 
 
 def test_plans_refer_to_earlier_steps_through_typed_fields() -> None:
-    from schemas.plan import CulpritsOf, ReplayCulprit, StepCondition
+    from trainguard.schemas.plan import CulpritsOf, ReplayCulprit, StepCondition
 
     net = engine().decide(incident("network", nodes=["n1"])).plan
     assert [s.when for s in net] == [None, StepCondition(step=0), StepCondition(step=0), StepCondition(step=0)]

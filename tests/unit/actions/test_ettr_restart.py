@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from actions.ettr import EttrAccount
-from actions.journal import Journal
-from actions.knowledge import STEP_CHUNK, JobKnowledge
-from actions.state_items import Item
-from schemas.records import Incident, TrainingStep
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.ettr import EttrAccount
+from trainguard.actions.journal import Journal
+from trainguard.actions.knowledge import STEP_CHUNK, JobKnowledge
+from trainguard.actions.state_items import Item
+from trainguard.schemas.records import Incident, TrainingStep
 
 StepFactory = Callable[..., TrainingStep]
 IncidentFactory = Callable[..., Incident]

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from actions.ettr import _measure_by_priority
+from trainguard.actions.ettr import _measure_by_priority
 
 
 def brute_force(intervals: list[tuple[float, float, int]], *, lo: float, hi: float) -> dict[int, float]:

@@ -17,19 +17,19 @@ from typing import Any
 import pytest
 from fakes import RecordingExecutor
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from actions.executors import registry
-from actions.executors.kubernetes import KubernetesExecutor
-from actions.executors.local import LocalExecutor
-from actions.executors.slurm import SlurmExecutor
-from actions.journal import Journal
-from actions.runner import PlanRunner, Rails
-from actions.safety import CircuitBreaker, Cooldown
-from actions.settings import ActionSettings
-from actions.standby import StandbyPool
-from schemas.actions import AGENT_ACTIONS, AGENT_EXECUTABLE, CLUSTER_ACTIONS
-from schemas.records import ActionCommand, ActionResult, AuditEntry, Incident, JobTopology, Record
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.executors import registry
+from trainguard.actions.executors.kubernetes import KubernetesExecutor
+from trainguard.actions.executors.local import LocalExecutor
+from trainguard.actions.executors.slurm import SlurmExecutor
+from trainguard.actions.journal import Journal
+from trainguard.actions.runner import PlanRunner, Rails
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.settings import ActionSettings
+from trainguard.actions.standby import StandbyPool
+from trainguard.schemas.actions import AGENT_ACTIONS, AGENT_EXECUTABLE, CLUSTER_ACTIONS
+from trainguard.schemas.records import ActionCommand, ActionResult, AuditEntry, Incident, JobTopology, Record
 
 
 class NoBus:

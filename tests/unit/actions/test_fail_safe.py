@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from actions.executors.kubernetes import KubernetesExecutor
-from actions.executors.local import LocalExecutor
-from actions.executors.slurm import SlurmExecutor
-from actions.journal import Journal
-from actions.runner import PlanRunner, Rails
-from actions.safety import CircuitBreaker, Cooldown
-from actions.standby import StandbyPool
-from schemas.records import ActionCommand, ActionResult, AuditEntry, Incident, Record
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.executors.kubernetes import KubernetesExecutor
+from trainguard.actions.executors.local import LocalExecutor
+from trainguard.actions.executors.slurm import SlurmExecutor
+from trainguard.actions.journal import Journal
+from trainguard.actions.runner import PlanRunner, Rails
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.standby import StandbyPool
+from trainguard.schemas.records import ActionCommand, ActionResult, AuditEntry, Incident, Record
 
 BAD_NAMES = [["gpu[001-999]"], ["gpu*"], ["n1,n2"], [""], [], ["n 1"], ["-rf"]]
 

@@ -10,21 +10,21 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from actions import lemons
-from actions.checkpoints import CheckpointRegistry
-from actions.core import ActCore
-from actions.engine import DecisionEngine
-from actions.journal import Journal
-from actions.knowledge import JobKnowledge
-from actions.lemons import LemonPolicy
-from actions.operator import apply_operator_command, record_selfcheck
-from actions.runner import PlanRunner, Rails
-from actions.safety import CircuitBreaker, Cooldown
-from actions.settings import ActionSettings
-from actions.standby import StandbyPool
-from schemas.actions import ACTIONS
-from schemas.codec import Codec
-from schemas.records import (
+from trainguard.actions import lemons
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.core import ActCore
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.journal import Journal
+from trainguard.actions.knowledge import JobKnowledge
+from trainguard.actions.lemons import LemonPolicy
+from trainguard.actions.operator import apply_operator_command, record_selfcheck
+from trainguard.actions.runner import PlanRunner, Rails
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.settings import ActionSettings
+from trainguard.actions.standby import StandbyPool
+from trainguard.schemas.actions import ACTIONS
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import (
     ActionCommand,
     ActionResult,
     AuditEntry,
@@ -34,8 +34,8 @@ from schemas.records import (
     OperatorCommand,
     Record,
 )
-from schemas.signing import KeyRing, Signer
-from streams.act.metrics import ActionMetrics
+from trainguard.schemas.signing import KeyRing, Signer
+from trainguard.streams.act.metrics import ActionMetrics
 
 DAY = 86400.0
 P = LemonPolicy()  # 3 incidents or 2 failed self-checks in 7 days

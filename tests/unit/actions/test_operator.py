@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from actions.operator import apply_operator_command, passing_selfcheck, record_selfcheck
-from schemas.records import Decision, OperatorCommand
+from trainguard.actions.operator import apply_operator_command, passing_selfcheck, record_selfcheck
+from trainguard.schemas.records import Decision, OperatorCommand
 
 RAILS = {"breaker": {"tripped": True, "reason": "3/8 nodes of job llm", "evictions": [[1.0, "llm", "n1"]]},
          "pool": {"spares": ["s1"], "swaps": {"s0": "n3"}}, "evicted": {"llm": ["n3", "n4"]}}

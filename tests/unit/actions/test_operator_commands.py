@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from actions.journal import Journal
-from actions.runner import PlanRunner, Rails
-from actions.safety import CircuitBreaker, Cooldown
-from actions.standby import StandbyPool
-from schemas.actions import ACTIONS
-from schemas.records import ActionCommand, ActionResult, Incident, JobTopology, TrainingStep
-from streams.recording import write_recording
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.journal import Journal
+from trainguard.actions.runner import PlanRunner, Rails
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.standby import StandbyPool
 from trainguard.cli import main
+from trainguard.schemas.actions import ACTIONS
+from trainguard.schemas.records import ActionCommand, ActionResult, Incident, JobTopology, TrainingStep
+from trainguard.streams.recording import write_recording
 
 
 class Ok:

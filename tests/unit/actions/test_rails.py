@@ -12,11 +12,11 @@ from pathlib import Path
 
 from fakes import Clock, Scripted, answer
 
-from actions.executors.base import merge_results
-from actions.runner import PlanRunner, _did_nothing, job_members
-from actions.safety import CircuitBreaker
-from schemas.records import ActionCommand, ActionResult
 from tests.unit.actions.rails_kit import build, events, hw, run_one
+from trainguard.actions.executors.base import merge_results
+from trainguard.actions.runner import PlanRunner, _did_nothing, job_members
+from trainguard.actions.safety import CircuitBreaker
+from trainguard.schemas.records import ActionCommand, ActionResult
 
 # ------------------------------------------------------------ reserve before send
 
@@ -196,8 +196,8 @@ def test_members_with_a_stale_or_a_fresh_topology_and_an_unreplaced_eviction() -
 
 
 def test_act_audits_an_incident_dated_far_from_its_clock_and_counts_it_at_receipt(tmp_path: Path) -> None:
-    from actions.core import ActCore
-    from actions.knowledge import JobKnowledge
+    from trainguard.actions.core import ActCore
+    from trainguard.actions.knowledge import JobKnowledge
 
     executor = Scripted()
     clock = Clock(50_000.0)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from actions.restore import TierIndex
-from schemas.action_params import Restart
-from schemas.records import CheckpointEvent, Incident
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.restore import TierIndex
+from trainguard.schemas.action_params import Restart
+from trainguard.schemas.records import CheckpointEvent, Incident
 
 NODES = {0: "a", 1: "b", 2: "c", 3: "d"}
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from fakes import Scripted, answer
 
-from actions.core import ActCore
-from actions.knowledge import JobKnowledge
-from schemas.codec import Codec
-from schemas.records import ActionCommand, ActionResult, Record
-from schemas.signing import generate, load_ring, load_signer
 from tests.unit.actions.rails_kit import build, events, hw
+from trainguard.actions.core import ActCore
+from trainguard.actions.knowledge import JobKnowledge
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import ActionCommand, ActionResult, Record
+from trainguard.schemas.signing import generate, load_ring, load_signer
 
 
 def _signed(keys: Path, node: str, result: ActionResult) -> tuple[bytes, list[tuple[str, bytes]]]:
@@ -86,7 +86,7 @@ def test_a_non_targets_signed_result_reaches_neither_the_audit_nor_the_ettr_acco
 
 def test_each_machine_of_a_self_check_is_the_one_target_of_its_own_command(tmp_path: Path) -> None:
     """A fanned-out check's per-machine ids are derived, not journaled: act derives them again."""
-    from actions.selfcheck.fanout import machine_command_id
+    from trainguard.actions.selfcheck.fanout import machine_command_id
 
     eng, runner, _ = build(tmp_path, Scripted())
     try:

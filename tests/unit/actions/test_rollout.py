@@ -13,20 +13,20 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from actions.core import ActCore
-from actions.knowledge import JobKnowledge
-from actions.operator import apply_operator_command
-from actions.rollout import RolloutPolicy, overridden, parse_subject
-from actions.settings import ActionSettings
-from schemas.codec import Codec
-from schemas.records import (
+from tests.unit.actions.rollout_kit import NOW, Recording, build, hw
+from trainguard.actions.core import ActCore
+from trainguard.actions.knowledge import JobKnowledge
+from trainguard.actions.operator import apply_operator_command
+from trainguard.actions.rollout import RolloutPolicy, overridden, parse_subject
+from trainguard.actions.settings import ActionSettings
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import (
     AuditEntry,
     OperatorCommand,
     Record,
 )
-from schemas.signing import KeyRing, Signer
-from streams.act.metrics import ActionMetrics
-from tests.unit.actions.rollout_kit import NOW, Recording, build, hw
+from trainguard.schemas.signing import KeyRing, Signer
+from trainguard.streams.act.metrics import ActionMetrics
 
 
 def test_the_most_specific_mode_wins_and_approval_kinds_cap_auto() -> None:

@@ -11,14 +11,14 @@ from pathlib import Path
 import msgspec
 from fakes import FanOutAgents, RecordingExecutor
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from actions.journal import Journal
-from actions.runner import PlanRunner, Rails
-from actions.safety import CircuitBreaker, Cooldown
-from actions.standby import StandbyPool
-from schemas.actions import CLUSTER_ACTIONS, RUNNER_ACTIONS
-from schemas.records import CheckpointEvent, Incident, JobTopology, Record
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.actions.journal import Journal
+from trainguard.actions.runner import PlanRunner, Rails
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.standby import StandbyPool
+from trainguard.schemas.actions import CLUSTER_ACTIONS, RUNNER_ACTIONS
+from trainguard.schemas.records import CheckpointEvent, Incident, JobTopology, Record
 
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
 

@@ -13,12 +13,12 @@ import msgspec
 import pytest
 from fakes import MACHINES, world
 
-from actions.selfcheck.fanout import combine, machine_command_id, machine_commands, report_of
-from actions.settings import SelfCheckSettings
-from schemas.action_params import ActionParams
-from schemas.actions import ACTIONS
-from schemas.records import ActionCommand, ActionResult
-from schemas.selfcheck import DEFAULT_CHECKS, aggregate, aggregate_replay
+from trainguard.actions.selfcheck.fanout import combine, machine_command_id, machine_commands, report_of
+from trainguard.actions.settings import SelfCheckSettings
+from trainguard.schemas.action_params import ActionParams
+from trainguard.schemas.actions import ACTIONS
+from trainguard.schemas.records import ActionCommand, ActionResult
+from trainguard.schemas.selfcheck import DEFAULT_CHECKS, aggregate, aggregate_replay
 
 PARAMS = {name: spec.params.__struct_config__.tag for name, spec in ACTIONS.items()}  # action -> its params' tag
 
@@ -161,7 +161,7 @@ def test_combine_turns_agent_results_into_one_step_result(silent: bool) -> None:
 
 
 def test_local_executor_sends_every_machine_its_command_before_waiting_for_any() -> None:
-    from actions.executors.local import LocalExecutor
+    from trainguard.actions.executors.local import LocalExecutor
 
     events: list[str] = []
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from actions.journal import Journal
-from actions.shadow import responses, shadow_report
-from schemas.plan import CulpritsOf, PlannedAction
-from schemas.records import Decision
+from trainguard.actions.journal import Journal
+from trainguard.actions.shadow import responses, shadow_report
 from trainguard.cli import main
+from trainguard.schemas.plan import CulpritsOf, PlannedAction
+from trainguard.schemas.records import Decision
 
 
 def decision(n: int, rule: str, status: str, *, job: str = "j", ts: float = 100.0, would_block: str = "",

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from actions.journal import Journal
-from actions.state_items import Folded, Item, claim, fold, from_record, reconcile, to_record
-from schemas.codec import Codec
-from schemas.records import ActionCommand, ActionResult, Decision, PlannedAction
+from trainguard.actions.journal import Journal
+from trainguard.actions.state_items import Folded, Item, claim, fold, from_record, reconcile, to_record
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import ActionCommand, ActionResult, Decision, PlannedAction
 
 RAILS = {"evicted": {"j": ["n1"]}, "cooldown": {"n1": 5.0}}
 

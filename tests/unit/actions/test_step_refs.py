@@ -16,15 +16,15 @@ import msgspec
 import pytest
 from fakes import FanOutAgents, RecordingExecutor
 
-from actions.journal import Journal
-from actions.runner import PlanRunner, Rails
-from actions.safety import CircuitBreaker, Cooldown
-from actions.standby import StandbyPool
-from schemas.action_params import NoParams, Removal, Replay, Restart, SelfCheck
-from schemas.actions import AGENT_EXECUTABLE, CLUSTER_ACTIONS
-from schemas.codec import Codec, DecodeError
-from schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit, StepCondition
-from schemas.records import Decision, JobTopology, Record
+from trainguard.actions.journal import Journal
+from trainguard.actions.runner import PlanRunner, Rails
+from trainguard.actions.safety import CircuitBreaker, Cooldown
+from trainguard.actions.standby import StandbyPool
+from trainguard.schemas.action_params import NoParams, Removal, Replay, Restart, SelfCheck
+from trainguard.schemas.actions import AGENT_EXECUTABLE, CLUSTER_ACTIONS
+from trainguard.schemas.codec import Codec, DecodeError
+from trainguard.schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit, StepCondition
+from trainguard.schemas.records import Decision, JobTopology, Record
 
 TOPO = JobTopology(ts=0.0, job="j", world_size=8, rank_nodes={r: f"n{r}" for r in range(8)})
 PHASE1 = [["n0", "n1"], ["n2", "n3"]]
@@ -40,7 +40,7 @@ def runner(tmp_path: Path, agents: RecordingExecutor, cluster: RecordingExecutor
 
 
 def _topology() -> Any:
-    from actions.topology import Topology
+    from trainguard.actions.topology import Topology
 
     return Topology.from_record(TOPO)
 

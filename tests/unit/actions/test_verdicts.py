@@ -14,20 +14,20 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from actions.core import ActCore
-from actions.journal import Journal
-from actions.knowledge import JobKnowledge
-from actions.operator import apply_operator_command
-from actions.rollout import RolloutPolicy
-from actions.settings import ActionSettings
-from actions.shadow import shadow_report
-from actions.verdicts import VerdictPolicy, apply_verdict, counts_by_rule, low_rules, precision
-from schemas.codec import Codec
-from schemas.records import AuditEntry, Decision, OperatorCommand, PlannedAction, Record
-from schemas.signing import KeyRing, Signer
-from streams.act.metrics import ActionMetrics
 from tests.unit.actions.rollout_kit import NOW, Recording, build, hw
+from trainguard.actions.core import ActCore
+from trainguard.actions.journal import Journal
+from trainguard.actions.knowledge import JobKnowledge
+from trainguard.actions.operator import apply_operator_command
+from trainguard.actions.rollout import RolloutPolicy
+from trainguard.actions.settings import ActionSettings
+from trainguard.actions.shadow import shadow_report
+from trainguard.actions.verdicts import VerdictPolicy, apply_verdict, counts_by_rule, low_rules, precision
 from trainguard.cli import main
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import AuditEntry, Decision, OperatorCommand, PlannedAction, Record
+from trainguard.schemas.signing import KeyRing, Signer
+from trainguard.streams.act.metrics import ActionMetrics
 
 RULE = "hw_fault.evict_swap_restart"
 

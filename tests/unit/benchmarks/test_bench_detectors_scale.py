@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import bench_detectors, bench_gc
 from benchmarks.bench_pipeline import events_per_node_s, fleet_second
-from schemas.records import Heartbeat, NodeGpuSample, RdmaSample, TrainingStep
+from trainguard.schemas.records import Heartbeat, NodeGpuSample, RdmaSample, TrainingStep
 
 MIX = (NodeGpuSample, RdmaSample, TrainingStep, Heartbeat)
 

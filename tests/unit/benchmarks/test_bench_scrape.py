@@ -6,9 +6,9 @@ import pytest
 from prometheus_client import generate_latest
 
 from benchmarks import bench_scrape
-from schemas.topics import Topics
-from streams.worker.metrics import StateCensus, WorkerMetrics
-from streams.worker.processor import ProcessorStats
+from trainguard.schemas.topics import Topics
+from trainguard.streams.worker.metrics import StateCensus, WorkerMetrics
+from trainguard.streams.worker.processor import ProcessorStats
 
 
 def test_the_rebuilt_before_exports_exactly_the_series_the_worker_does() -> None:

@@ -13,12 +13,12 @@ import pytest
 from dcgm_server import FIXTURES, DcgmExporterFixture
 from fakes import ListSink
 
-from collectors.dcgm_exporter import XidTracker, parse_exposition
-from collectors.dcgm_source import SOURCE, DcgmExporterCollector
-from collectors.metrics import CollectorMetrics
-from collectors.node import NodeLoop
-from detectors.hardware import HardwareDetector
-from schemas.records import NodeGpuSample
+from trainguard.collectors.dcgm_exporter import XidTracker, parse_exposition
+from trainguard.collectors.dcgm_source import SOURCE, DcgmExporterCollector
+from trainguard.collectors.metrics import CollectorMetrics
+from trainguard.collectors.node import NodeLoop
+from trainguard.detectors.hardware import HardwareDetector
+from trainguard.schemas.records import NodeGpuSample
 
 
 def scrape(name: str):  # type: ignore[no-untyped-def]

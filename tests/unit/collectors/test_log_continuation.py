@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collectors.logs import LogParser
+from trainguard.collectors.logs import LogParser
 
 
 def test_multi_line_exception_message_is_kept_whole() -> None:
@@ -25,7 +25,7 @@ def test_multi_line_exception_message_is_kept_whole() -> None:
 
 def test_stack_samples_take_the_rank_the_hook_reported(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A rank that joined a rendezvous itself has no RANK variable; its hook's progress file names it."""
-    from collectors.agent.hang_watch import progress_rank
+    from trainguard.collectors.agent.hang_watch import progress_rank
     from trainguard.training_hook import _write_progress
 
     _write_progress(tmp_path, 12, "training", 3)

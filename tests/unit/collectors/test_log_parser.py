@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collectors.logs import FileFollower, LogParser
+from trainguard.collectors.logs import FileFollower, LogParser
 
 
 def _feed(lines: list[str]) -> list:  # type: ignore[type-arg]
@@ -86,7 +86,7 @@ def test_file_follower_handles_partial_lines_and_rotation(tmp_path: Path) -> Non
 
 
 def test_kernel_log_absent_is_tolerated_and_reported_once(tmp_path: Path) -> None:
-    from collectors.logs import KernelLog
+    from trainguard.collectors.logs import KernelLog
 
     warnings: list[str] = []
     kmsg = KernelLog(tmp_path / "no-kmsg", warn=warnings.append)

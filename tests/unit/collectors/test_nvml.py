@@ -14,7 +14,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from collectors.nvml import GpuCollector, NvmlReader, parse_gpu
+from trainguard.collectors.nvml import GpuCollector, NvmlReader, parse_gpu
 
 
 class FakeGpu:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from collectors.rdma import PortCounters, RateTracker, RdmaCollector, counter_delta, read_ports
+from trainguard.collectors.rdma import PortCounters, RateTracker, RdmaCollector, counter_delta, read_ports
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "sysfs" / "class" / "infiniband"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collectors.spool import Spool
+from trainguard.collectors.spool import Spool
 
 
 def test_fifo_order_and_remove(tmp_path: Path) -> None:

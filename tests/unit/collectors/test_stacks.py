@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from collectors.stacks import StackSampler, catches_signal, parse_faulthandler, parse_py_spy
+from trainguard.collectors.stacks import StackSampler, catches_signal, parse_faulthandler, parse_py_spy
 
 FAULTHANDLER_DUMP = """Thread 0x00007f3a1b7fe640 (most recent call first):
   File "/usr/lib/python3.11/threading.py", line 331 in wait

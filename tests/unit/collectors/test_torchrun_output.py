@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors.logs import LogParser, error_file_event
-from detectors.logs import classify
-from schemas.records import LogEvent
+from trainguard.collectors.logs import LogParser, error_file_event
+from trainguard.detectors.logs import classify
+from trainguard.schemas.records import LogEvent
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -87,8 +87,8 @@ def _run_one_shot(root: Path) -> None:
 
 
 def test_the_one_shot_script_runs_twice_and_each_services_settings_load_matching_keys(tmp_path: Path) -> None:
-    from schemas.codec import Codec
-    from schemas.records import Incident
+    from trainguard.schemas.codec import Codec
+    from trainguard.schemas.records import Incident
     from trainguard.settings import Settings
 
     _run_one_shot(tmp_path)

@@ -13,12 +13,12 @@ import inspect
 import msgspec
 import pytest
 
-from detectors.base import Detector
-from detectors.checks import CHECKS, Check, check_detector, run
-from detectors.dispatch import on
-from detectors.registry import available, load
-from detectors.synthetic import Fleet, mixed_stream
-from schemas.records import Record, TrainingStep
+from trainguard.detectors.base import Detector
+from trainguard.detectors.checks import CHECKS, Check, check_detector, run
+from trainguard.detectors.dispatch import on
+from trainguard.detectors.registry import available, load
+from trainguard.detectors.synthetic import Fleet, mixed_stream
+from trainguard.schemas.records import Record, TrainingStep
 
 TYPES = sorted(available())
 STREAM = mixed_stream()
@@ -93,7 +93,7 @@ def _shifted(record: Record, ranks: int, dt: float, steps: int) -> Record:
 @pytest.mark.parametrize("type_name", TYPES)
 def test_state_is_bounded_when_ranks_keep_coming(type_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """One job, ever new ranks: per-rank maps forget beyond `MAX_RANKS`, and count what they forgot."""
-    import detectors.common as common
+    import trainguard.detectors.common as common
 
     monkeypatch.setattr(common, "MAX_RANKS", 32)
     det = load(type_name).example()
@@ -106,7 +106,7 @@ def test_state_is_bounded_when_ranks_keep_coming(type_name: str, monkeypatch: py
 
 
 def test_rank_evictions_are_counted_for_the_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
-    import detectors.common as common
+    import trainguard.detectors.common as common
 
     monkeypatch.setattr(common, "MAX_RANKS", 8)
     det = load("hang").example()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from detectors.correlate import IncidentCorrelator
-from schemas.records import Anomaly
+from trainguard.detectors.correlate import IncidentCorrelator
+from trainguard.schemas.records import Anomaly
 
 
 def a(ts: float, kind: str, job: str = "j", nodes: tuple[str, ...] = (), rank: int = 0, **ev: object) -> Anomaly:

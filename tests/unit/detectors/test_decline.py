@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import random
 
-from detectors.slowdown import SlowdownDetector
-from detectors.trend import DeclineTracker
-from schemas.records import Anomaly, TrainingStep
+from trainguard.detectors.slowdown import SlowdownDetector
+from trainguard.detectors.trend import DeclineTracker
+from trainguard.schemas.records import Anomaly, TrainingStep
 
 STEP_S = 6.0
 

@@ -6,12 +6,12 @@ import pickle
 
 import pytest
 
-from detectors.base import Detector
-from detectors.checks import check_detector
-from detectors.dispatch import HandlerError, consumes, handlers, on
-from detectors.pipeline import DetectionPipeline
-from detectors.synthetic import mixed_stream
-from schemas.records import Anomaly, Heartbeat, Incident, NodeGpuSample, TrainingStep
+from trainguard.detectors.base import Detector
+from trainguard.detectors.checks import check_detector
+from trainguard.detectors.dispatch import HandlerError, consumes, handlers, on
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.detectors.synthetic import mixed_stream
+from trainguard.schemas.records import Anomaly, Heartbeat, Incident, NodeGpuSample, TrainingStep
 
 
 class _Counts(Detector):

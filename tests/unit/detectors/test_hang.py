@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from detectors.checks import feed
-from detectors.hang import HangDetector
-from detectors.synthetic import Fleet
-from schemas.records import (
+from trainguard.detectors.checks import feed
+from trainguard.detectors.hang import HangDetector
+from trainguard.detectors.synthetic import Fleet
+from trainguard.schemas.records import (
     Anomaly,
     CheckpointEvent,
     GpuStats,

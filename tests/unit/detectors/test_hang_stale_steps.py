@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import msgspec
 
-from detectors.checks import feed
-from detectors.hang import HangDetector
-from detectors.synthetic import Fleet
-from schemas.records import Anomaly, JobTopology, Record, TrainingStep
+from trainguard.detectors.checks import feed
+from trainguard.detectors.hang import HangDetector
+from trainguard.detectors.synthetic import Fleet
+from trainguard.schemas.records import Anomaly, JobTopology, Record, TrainingStep
 
 
 def _hang(extra: list[Record]) -> tuple[list[Anomaly], HangDetector]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from detectors.hardware import HardwareDetector
-from detectors.xid import classify
-from schemas.records import GpuStats, LogEvent, NodeGpuSample, XidEvent
+from trainguard.detectors.hardware import HardwareDetector
+from trainguard.detectors.xid import classify
+from trainguard.schemas.records import GpuStats, LogEvent, NodeGpuSample, XidEvent
 
 
 def sample(ts: float, *, xids: list[int] = (), nvml_ok: bool = True, **gpu0: object) -> NodeGpuSample:
@@ -88,7 +88,7 @@ def test_extra_fatal_xids_are_configurable() -> None:
     ("training step 100: loss 2.3", None),
 ])
 def test_xid_from_kernel_log_lines(line: str, code: int | None) -> None:
-    from schemas.records import LogEvent
+    from trainguard.schemas.records import LogEvent
 
     d = HardwareDetector()
     d.observe(sample(0.0))

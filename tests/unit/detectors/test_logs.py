@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from detectors.logs import UserErrorDetector, classify
-from schemas.records import CheckpointEvent, LogEvent
+from trainguard.detectors.logs import UserErrorDetector, classify
+from trainguard.schemas.records import CheckpointEvent, LogEvent
 
 
 def log(message: str, exit_code: int | None = None, ts: float = 1.0, job: str = "j") -> LogEvent:

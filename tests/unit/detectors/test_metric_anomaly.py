@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from detectors.metric_anomaly import MetricAnomalyDetector
-from detectors.pipeline import DetectionPipeline
-from detectors.registry import validate_params
-from schemas.records import CustomMetric, GpuStats, NodeGpuSample, TrainingStep
+from trainguard.detectors.metric_anomaly import MetricAnomalyDetector
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.detectors.registry import validate_params
+from trainguard.schemas.records import CustomMetric, GpuStats, NodeGpuSample, TrainingStep
 
 
 def waits(n: int, *, spike_at: tuple[int, ...] = (), rank: int = 0, seed: int = 0) -> list[CustomMetric]:

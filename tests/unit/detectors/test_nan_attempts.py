@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from detectors.nan import NanDetector
-from schemas.records import TrainingStep
+from trainguard.detectors.nan import NanDetector
+from trainguard.schemas.records import TrainingStep
 
 
 def step(ts: float, rank: int, step: int, attempt: int, loss: float | str = 1.0) -> TrainingStep:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import random
 
-from detectors.nan import NanDetector
-from schemas.records import Anomaly, TrainingStep
+from trainguard.detectors.nan import NanDetector
+from trainguard.schemas.records import Anomaly, TrainingStep
 
 NODES, GPUS = 256, 8
 WORLD = NODES * GPUS

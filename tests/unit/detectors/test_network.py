@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from detectors.network import NetworkDetector
-from schemas.records import RdmaPort, RdmaSample
+from trainguard.detectors.network import NetworkDetector
+from trainguard.schemas.records import RdmaPort, RdmaSample
 
 
 def port(ts: float, **fields: object) -> RdmaSample:
@@ -87,7 +87,7 @@ def _blip(d: NetworkDetector, t0: float, node: str = "n1", seconds: float = 60.0
 
 
 def test_a_one_minute_link_fail_slow_that_recovers_is_a_counted_transient_never_an_incident() -> None:
-    from detectors.correlate import IncidentCorrelator
+    from trainguard.detectors.correlate import IncidentCorrelator
     d, corr = NetworkDetector(), IncidentCorrelator()
     [a] = _blip(d, 0.0, seconds=60.0)
     assert (a.kind, a.nodes, a.score, a.evidence["persistence"]) == ("network", ["n1"], 0.0, "transient")

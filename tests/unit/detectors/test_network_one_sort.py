@@ -12,8 +12,8 @@ import math
 import random
 from typing import Any
 
-from detectors.network import NetworkDetector, _active
-from schemas.records import Anomaly, RdmaPort, RdmaSample
+from trainguard.detectors.network import NetworkDetector, _active
+from trainguard.schemas.records import Anomaly, RdmaPort, RdmaSample
 
 
 class _Before(NetworkDetector):
@@ -43,7 +43,7 @@ class _Before(NetworkDetector):
         return out
 
     def _fail_slow(self, sample: RdmaSample, p: RdmaPort, grown: int, slow: Any) -> Anomaly | None:  # type: ignore[override]
-        from detectors.common import finding
+        from trainguard.detectors.common import finding
 
         key = (sample.node, p.device, p.port)
         errors = grown >= self.error_burst

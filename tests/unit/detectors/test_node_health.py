@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from detectors.health_model import FEATURES, HealthModel, NodeFeatures, train
-from detectors.node_health import NodeHealthDetector
-from detectors.synthetic import Fleet
-from schemas.records import GpuStats, NodeGpuSample
+from trainguard.detectors.health_model import FEATURES, HealthModel, NodeFeatures, train
+from trainguard.detectors.node_health import NodeHealthDetector
+from trainguard.detectors.synthetic import Fleet
+from trainguard.schemas.records import GpuStats, NodeGpuSample
 
 
 def healthy_rows() -> list[list[float]]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from detectors.hardware import HardwareDetector
-from detectors.pipeline import DetectionPipeline
-from schemas.records import GpuStats, Heartbeat, JobTopology, NodeGpuSample, XidEvent
+from trainguard.detectors.hardware import HardwareDetector
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas.records import GpuStats, Heartbeat, JobTopology, NodeGpuSample, XidEvent
 
 
 def _xid79(ts: float, node: str) -> NodeGpuSample:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from detectors.checks import observe_all
-from detectors.loss_spike import LossSpikeDetector
-from detectors.nan import NanDetector
-from detectors.sdc import SdcDetector
-from detectors.synthetic import Fleet
-from schemas.records import JobTopology, TrainingStep
+from trainguard.detectors.checks import observe_all
+from trainguard.detectors.loss_spike import LossSpikeDetector
+from trainguard.detectors.nan import NanDetector
+from trainguard.detectors.sdc import SdcDetector
+from trainguard.detectors.synthetic import Fleet
+from trainguard.schemas.records import JobTopology, TrainingStep
 
 
 @pytest.mark.parametrize("bad", [{"loss": "nan"}, {"loss": "inf"}, {"grad_norm": "-inf"}, {"grad_norm": "nan"}])

@@ -6,8 +6,8 @@ import random
 
 import numpy as np
 
-from detectors.common import Bounded
-from detectors.peers import StragglerTracker, _Peers
+from trainguard.detectors.common import Bounded
+from trainguard.detectors.peers import StragglerTracker, _Peers
 
 
 def _reference(t: StragglerTracker, p: _Peers, ranks: list[int], ratios: np.ndarray) -> list[int]:

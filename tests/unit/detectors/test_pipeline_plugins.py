@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from detectors.pipeline import DetectionPipeline
-from detectors.registry import build
-from detectors.settings import DEFAULT_TYPES, DetectorSettings
-from detectors.slowdown import SlowdownDetector
-from detectors.synthetic import Fleet
 from trainguard.cli import main
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.detectors.registry import build
+from trainguard.detectors.settings import DEFAULT_TYPES, DetectorSettings
+from trainguard.detectors.slowdown import SlowdownDetector
+from trainguard.detectors.synthetic import Fleet
 from trainguard.settings import load_settings
 
 
@@ -50,7 +50,7 @@ def test_detectors_list_shows_builtins_and_plugin(capsys: pytest.CaptureFixture[
 
 
 def test_detectors_train_writes_a_loadable_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from streams.recording import write_recording
+    from trainguard.streams.recording import write_recording
 
     fleet = Fleet(seed=2)
     records = []

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from detectors.pipeline import DetectionPipeline
-from detectors.settings import DetectorSettings
-from lab.backtest.runner import run_backtest
-from lab.backtest.scoring import score
 from trainguard.cli.commands.simulate import simulate_to
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.detectors.settings import DetectorSettings
+from trainguard.lab.backtest.runner import run_backtest
+from trainguard.lab.backtest.scoring import score
 
 TUNING = Path(__file__).resolve().parents[3] / "scenarios" / "tuning"
 

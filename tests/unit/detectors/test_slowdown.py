@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from detectors.checks import observe_all
-from detectors.peers import GpuSlowSignals, StragglerTracker
-from detectors.slowdown import SlowdownDetector
-from detectors.synthetic import Fleet
-from schemas.records import GpuStats, NodeGpuSample, TrainingStep
+from trainguard.detectors.checks import observe_all
+from trainguard.detectors.peers import GpuSlowSignals, StragglerTracker
+from trainguard.detectors.slowdown import SlowdownDetector
+from trainguard.detectors.synthetic import Fleet
+from trainguard.schemas.records import GpuStats, NodeGpuSample, TrainingStep
 
 
 @pytest.mark.parametrize("step_s,factor", [(1.0, 1.12), (2.0, 1.3), (6.0, 1.15), (20.0, 1.5)])
@@ -116,7 +116,7 @@ def _episode(d: SlowdownDetector, f: Fleet, seconds: float, factor: float = 1.3)
 
 
 def test_a_gpu_throttling_for_forty_seconds_is_a_counted_transient_not_an_eviction() -> None:
-    from detectors.correlate import IncidentCorrelator
+    from trainguard.detectors.correlate import IncidentCorrelator
     f, d, corr = Fleet(step_s=2.0, seed=4), SlowdownDetector(), IncidentCorrelator()
     assert observe_all(d, f.steps(300)) == []
     found = _episode(d, f, 40.0)

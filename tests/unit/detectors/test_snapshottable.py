@@ -5,9 +5,9 @@ from __future__ import annotations
 import pickle
 from collections import deque
 
-from detectors.common import Rolling
-from detectors.hardware import _Gpu
-from schemas.records import GpuStats
+from trainguard.detectors.common import Rolling
+from trainguard.detectors.hardware import _Gpu
+from trainguard.schemas.records import GpuStats
 
 
 def test_rolling_pickles_its_window_and_rebuilds_its_caches() -> None:

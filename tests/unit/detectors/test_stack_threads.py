@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from detectors.hang import HangDetector
-from schemas import Heartbeat, StackSample, TrainingStep
+from trainguard.detectors.hang import HangDetector
+from trainguard.schemas import Heartbeat, StackSample, TrainingStep
 
 BOOT = ["_bootstrap (/usr/lib/python3.11/threading.py:995)", "_bootstrap_inner (/usr/lib/python3.11/threading.py:1038)",
         "run (/usr/lib/python3.11/threading.py:975)"]
@@ -37,7 +37,7 @@ def test_hang_is_localised_by_main_threads_despite_noisy_monitoring_threads() ->
 
 
 def test_a_process_exit_is_not_a_hang_until_the_grace_passes() -> None:
-    from schemas import LogEvent
+    from trainguard.schemas import LogEvent
 
     det = HangDetector(floor_s=8.0, warmup_floor_s=8.0, warmup_steps=3, exit_grace_s=60.0)
     for step in range(1, 40):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from detectors.hardware import HardwareDetector
-from detectors.logs import UserErrorDetector
-from schemas.records import Anomaly, JobTopology, NodeGpuSample, XidEvent
+from trainguard.detectors.hardware import HardwareDetector
+from trainguard.detectors.logs import UserErrorDetector
+from trainguard.schemas.records import Anomaly, JobTopology, NodeGpuSample, XidEvent
 
 NODES = ["n0", "n1", "n2", "n3"]
 

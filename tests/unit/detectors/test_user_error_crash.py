@@ -9,11 +9,11 @@ an exit act commanded (or a SIGTERM a scheduler sends) is no crash.
 
 from __future__ import annotations
 
-from collectors.agent.error_file import COMMANDED
-from detectors.checks import check_detector, feed
-from detectors.correlate import IncidentCorrelator
-from detectors.logs import UserErrorDetector
-from schemas.records import Anomaly, Heartbeat, LogEvent
+from trainguard.collectors.agent.error_file import COMMANDED
+from trainguard.detectors.checks import check_detector, feed
+from trainguard.detectors.correlate import IncidentCorrelator
+from trainguard.detectors.logs import UserErrorDetector
+from trainguard.schemas.records import Anomaly, Heartbeat, LogEvent
 
 NODES = ("n0", "n1", "n2", "n3")
 
@@ -120,7 +120,7 @@ def test_a_crash_with_no_open_cause_opens_its_own_incident() -> None:
 
 
 def test_the_detector_still_passes_the_conformance_suite_on_a_stream_with_crashes() -> None:
-    from detectors.synthetic import mixed_stream
+    from trainguard.detectors.synthetic import mixed_stream
 
     stream = mixed_stream()
     t0 = stream[len(stream) // 3].ts

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collectors.agent.error_file import SILENT_STARTUP
-from detectors.logs import UserErrorDetector
-from schemas.records import LogEvent
+from trainguard.collectors.agent.error_file import SILENT_STARTUP
+from trainguard.detectors.logs import UserErrorDetector
+from trainguard.schemas.records import LogEvent
 
 
 def silent_exit(node: str, ts: float, code: int = 1, job: str = "j") -> LogEvent:

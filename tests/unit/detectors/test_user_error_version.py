@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from actions.checkpoints import CheckpointRegistry
-from actions.engine import DecisionEngine
-from detectors.correlate import IncidentCorrelator
-from detectors.logs import UserErrorDetector
-from schemas import CheckpointEvent, LogEvent
+from trainguard.actions.checkpoints import CheckpointRegistry
+from trainguard.actions.engine import DecisionEngine
+from trainguard.detectors.correlate import IncidentCorrelator
+from trainguard.detectors.logs import UserErrorDetector
+from trainguard.schemas import CheckpointEvent, LogEvent
 
 
 def test_rollback_targets_the_version_before_the_one_that_failed() -> None:

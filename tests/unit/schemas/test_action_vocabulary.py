@@ -7,8 +7,8 @@ from typing import get_args
 import msgspec
 import pytest
 
-from schemas.action_params import ActionParams, NoParams, Removal
-from schemas.actions import (
+from trainguard.schemas.action_params import ActionParams, NoParams, Removal
+from trainguard.schemas.actions import (
     ACTIONS,
     AGENT_ACTIONS,
     AGENT_TRANSLATION,
@@ -22,7 +22,7 @@ from schemas.actions import (
     agent_params,
     params_problem,
 )
-from schemas.records import PlannedAction
+from trainguard.schemas.records import PlannedAction
 
 
 def test_every_action_name_has_exactly_one_row() -> None:

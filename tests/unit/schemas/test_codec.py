@@ -8,7 +8,7 @@ import math
 import msgspec
 import pytest
 
-from schemas import (
+from trainguard.schemas import (
     CheckpointEvent,
     Codec,
     DecodeError,
@@ -19,7 +19,7 @@ from schemas import (
     XidEvent,
     metric,
 )
-from schemas.codec import RECORD_TYPES, json_schemas, record_tag
+from trainguard.schemas.codec import RECORD_TYPES, json_schemas, record_tag
 
 
 def gpu_sample() -> NodeGpuSample:

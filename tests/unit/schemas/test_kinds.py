@@ -9,11 +9,11 @@ from typing import get_args
 import msgspec
 import pytest
 
-from detectors.metric_anomaly import Kind
-from detectors.settings import DEFAULT_TYPES
-from lab.telemetry_sim.scenario import DRAWN, VARIANTS, FaultKind
-from schemas import kinds
-from schemas.kinds import (
+from trainguard.detectors.metric_anomaly import Kind
+from trainguard.detectors.settings import DEFAULT_TYPES
+from trainguard.lab.telemetry_sim.scenario import DRAWN, VARIANTS, FaultKind
+from trainguard.schemas import kinds
+from trainguard.schemas.kinds import (
     ANOMALY_KINDS,
     CAUSES,
     CRASH_CAUSES,
@@ -27,7 +27,7 @@ from schemas.kinds import (
     AnomalyKind,
     IncidentKind,
 )
-from schemas.records import Anomaly
+from trainguard.schemas.records import Anomaly
 
 
 def test_every_kind_has_exactly_one_row_in_the_literals_order() -> None:
@@ -71,17 +71,17 @@ def test_records_accept_only_kinds_from_the_table() -> None:
 
 
 def test_the_old_names_still_import() -> None:
-    from actions.alerts import SEVERITY as alerts_severity
-    from detectors.correlate import CAUSES as correlate_causes
-    from lab.backtest.scoring import EVICTING_KINDS as scoring_evicting
-    from schemas import ANOMALY_KINDS as package_kinds
-    from schemas.records import ANOMALY_KINDS as records_kinds
+    from trainguard.actions.alerts import SEVERITY as alerts_severity
+    from trainguard.detectors.correlate import CAUSES as correlate_causes
+    from trainguard.lab.backtest.scoring import EVICTING_KINDS as scoring_evicting
+    from trainguard.schemas import ANOMALY_KINDS as package_kinds
+    from trainguard.schemas.records import ANOMALY_KINDS as records_kinds
 
     assert alerts_severity is SEVERITY and correlate_causes is CAUSES and scoring_evicting is EVICTING_KINDS
     assert package_kinds is records_kinds is kinds.ANOMALY_KINDS
 
 
-@pytest.mark.parametrize("name", ["schemas.bounded", "schemas.ids", "schemas.node_jobs"])
+@pytest.mark.parametrize("name", ["trainguard.schemas.bounded", "trainguard.schemas.ids", "trainguard.schemas.node_jobs"])
 def test_doctests(name: str) -> None:
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted > 0 and result.failed == 0, result
@@ -89,7 +89,7 @@ def test_doctests(name: str) -> None:
 
 def test_lemon_nodes_are_blamed_by_the_tables_column() -> None:
     """The machine's own faults count against every node they name; network and slowdown only a lone one."""
-    from actions.lemons import DEFAULT_KINDS, DEFAULT_LOCALISED
+    from trainguard.actions.lemons import DEFAULT_KINDS, DEFAULT_LOCALISED
 
     assert (DEFAULT_KINDS, DEFAULT_LOCALISED) == (("hw_fault", "sdc"), ("network", "slowdown"))
     assert not set(DEFAULT_KINDS) & set(DEFAULT_LOCALISED)

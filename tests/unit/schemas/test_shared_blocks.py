@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pickle
 
-from detectors import base, common
-from schemas import node_jobs
-from schemas.bounded import Bounded, bounded_evictions
-from schemas.ids import anomaly_id
+from trainguard.detectors import base, common
+from trainguard.schemas import node_jobs
+from trainguard.schemas.bounded import Bounded, bounded_evictions
+from trainguard.schemas.ids import anomaly_id
 
 
 def test_detectors_re_export_the_same_objects() -> None:
@@ -24,8 +24,8 @@ def test_an_id_is_the_hash_it_always_was() -> None:
 def test_a_snapshot_naming_the_old_module_still_loads() -> None:
     old = Bounded(2)
     old["a"] = 1
-    blob = pickle.dumps(old, protocol=0).replace(b"schemas.bounded", b"detectors.common")  # as a pre-move snapshot names it
-    assert b"detectors.common" in blob
+    blob = pickle.dumps(old, protocol=0).replace(b"trainguard.schemas.bounded", b"trainguard.detectors.common")  # as a pre-move snapshot names it
+    assert b"trainguard.detectors.common" in blob
     back = pickle.loads(blob)
     assert isinstance(back, Bounded) and dict(back) == {"a": 1} and back.cap == 2
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from schemas.codec import Codec
-from schemas.keys import SecuritySettings
-from schemas.records import ActionCommand, ActionResult
-from schemas.signing import (
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.keys import SecuritySettings
+from trainguard.schemas.records import ActionCommand, ActionResult
+from trainguard.schemas.signing import (
     KeyFileError,
     command_problem,
     generate,

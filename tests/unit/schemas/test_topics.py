@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas import CheckpointEvent, Heartbeat, NodeGpuSample, RdmaSample, TrainingStep
-from schemas.topics import Topics, key_for
+from trainguard.schemas import CheckpointEvent, Heartbeat, NodeGpuSample, RdmaSample, TrainingStep
+from trainguard.schemas.topics import Topics, key_for
 
 
 def test_training_events_of_a_job_share_one_key() -> None:

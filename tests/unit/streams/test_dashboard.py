@@ -8,10 +8,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from collectors.metrics import CollectorMetrics
-from streams.act.metrics import ActionMetrics
-from streams.worker.metrics import WorkerMetrics
-from streams.worker.processor import ProcessorStats
+from trainguard.collectors.metrics import CollectorMetrics
+from trainguard.streams.act.metrics import ActionMetrics
+from trainguard.streams.worker.metrics import WorkerMetrics
+from trainguard.streams.worker.processor import ProcessorStats
 
 DASHBOARD = Path(__file__).parents[3] / "deploy" / "grafana" / "trainguard-dashboard.json"
 SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.kafka_config import BrokerSettings
+from trainguard.schemas.kafka_config import BrokerSettings
 from trainguard.settings import ConfigError, load_settings
 
 
@@ -51,7 +51,7 @@ def test_a_secret_is_read_from_its_file_and_never_held_by_the_settings(tmp_path:
     broker = BrokerSettings.model_validate({"security_protocol": "SASL_SSL", "sasl": {
         "mechanism": "SCRAM-SHA-512", "username": "u", "password": {"file": str(secret)}}})
     assert "hunter2" not in repr(broker) and "hunter2" not in broker.model_dump_json()
-    from schemas.kafka_config import client_options
+    from trainguard.schemas.kafka_config import client_options
 
     opts = client_options(broker, "kafka-python")
     assert opts["sasl_plain_password"] == "hunter2" and opts["security_protocol"] == "SASL_SSL"
@@ -62,7 +62,7 @@ def test_a_secret_is_read_from_its_file_and_never_held_by_the_settings(tmp_path:
 
 def test_the_agent_hands_the_hook_the_same_broker_without_secrets(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from schemas.kafka_config import broker_environment, broker_from_environment
+    from trainguard.schemas.kafka_config import broker_environment, broker_from_environment
 
     broker = BrokerSettings.model_validate({
         "bootstrap": "kafka-1:9093", "security_protocol": "SASL_SSL", "tls": {"ca_file": "/ca.pem"},

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fakes import ListSink
 
-from collectors.metrics import CollectorMetrics
-from collectors.node import NodeLoop, Scheduled
-from schemas.records import NodeGpuSample, Record
+from trainguard.collectors.metrics import CollectorMetrics
+from trainguard.collectors.node import NodeLoop, Scheduled
+from trainguard.schemas.records import NodeGpuSample, Record
 from trainguard.topology import coordinates, placement_from_env
 
 

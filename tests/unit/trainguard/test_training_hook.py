@@ -12,9 +12,9 @@ import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fakes import ListSink
 
-from schemas.codec import Codec
-from schemas.records import CheckpointEvent, Heartbeat, JobTopology, PhaseChange, TrainingStep
-from schemas.signing import KeyRing, write_private_key
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import CheckpointEvent, Heartbeat, JobTopology, PhaseChange, TrainingStep
+from trainguard.schemas.signing import KeyRing, write_private_key
 from trainguard.training_hook import TrainingMonitor, attempt_signer, param_checksum
 
 ENV = {"RANK": "2", "WORLD_SIZE": "4", "NODE_NAME": "gpu-3", "TRAINGUARD_ATTEMPT": "2",

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from schemas.records import Decision, Incident
 from trainguard.cli.errors import UsageError
+from trainguard.schemas.records import Decision, Incident
 from trainguard.settings import Settings
 
 if TYPE_CHECKING:
-    from actions.rollout import RolloutPolicy
+    from trainguard.actions.rollout import RolloutPolicy
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,9 +50,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import faust
     import msgspec
 
-    from schemas.topics import Topics
-    from streams.act.factory import ACL_TRUST_WARNING, RECORD_TRUST_WARNING, create_action_app
-    from streams.admin import ensure_configured_topics, require_broker
+    from trainguard.schemas.topics import Topics
+    from trainguard.streams.act.factory import ACL_TRUST_WARNING, RECORD_TRUST_WARNING, create_action_app
+    from trainguard.streams.admin import ensure_configured_topics, require_broker
 
     console = Console()
     cfg = settings.actions
@@ -115,7 +115,7 @@ def _wait_for_leadership(settings: Settings, console: Console) -> None:
     """With LEASE_NAME set (several replicas), act only while holding the Lease (streams/act/leader.py)."""
     import os
 
-    from streams.act.leader import LeaseElector
+    from trainguard.streams.act.leader import LeaseElector
 
     elector = LeaseElector.from_env(kube=settings.actions.kubernetes)
     if elector is None:
@@ -128,7 +128,7 @@ def _wait_for_leadership(settings: Settings, console: Console) -> None:
 
 def _enabled(args: argparse.Namespace, cfg: Any) -> list[str]:
     """The executors to enable (CLI over config), checked before anything starts: one line, exit 2."""
-    from actions.executors import registry
+    from trainguard.actions.executors import registry
 
     names = args.executors or (registry.expand_legacy(args.executor) if args.executor else cfg.enabled_executors())
     try:
@@ -140,7 +140,7 @@ def _enabled(args: argparse.Namespace, cfg: Any) -> list[str]:
 
 def _names(value: str) -> list[str]:
     """`--executors a,b`: registered names, each once (argparse turns the error into one line, exit 2)."""
-    from actions.executors.registry import UnknownExecutor, check_names
+    from trainguard.actions.executors.registry import UnknownExecutor, check_names
 
     try:
         return check_names([n.strip() for n in value.split(",") if n.strip()])

@@ -80,7 +80,7 @@ def duration_s(text: str) -> float:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from actions.journal import Journal
+    from trainguard.actions.journal import Journal
 
     path = settings.actions.state_dir / "journal.sqlite"
     if not path.exists():
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 def _log(args: argparse.Namespace, journal: object) -> int:
     import msgspec
 
-    from actions.journal import Journal
+    from trainguard.actions.journal import Journal
 
     assert isinstance(journal, Journal)
     decisions = journal.recent(args.limit, args.job)
@@ -122,10 +122,10 @@ def _log(args: argparse.Namespace, journal: object) -> int:
 def _report(args: argparse.Namespace, journal: object, settings: Settings) -> int:
     import time
 
-    from actions.journal import Journal
-    from actions.rollout import RolloutPolicy
-    from actions.shadow import responses, shadow_report
-    from actions.verdicts import counts_by_rule, precision
+    from trainguard.actions.journal import Journal
+    from trainguard.actions.rollout import RolloutPolicy
+    from trainguard.actions.shadow import responses, shadow_report
+    from trainguard.actions.verdicts import counts_by_rule, precision
 
     assert isinstance(journal, Journal)
     since = time.time() - args.since
@@ -169,7 +169,7 @@ def print_report(rows: list[Any], *, title: str) -> None:
 def _approve(args: argparse.Namespace, journal: object) -> int:
     import msgspec
 
-    from actions.journal import Journal
+    from trainguard.actions.journal import Journal
 
     assert isinstance(journal, Journal)
     decision = journal.get(args.decision_id)
@@ -181,7 +181,7 @@ def _approve(args: argparse.Namespace, journal: object) -> int:
 
 
 def _reset(args: argparse.Namespace, journal: object) -> int:
-    from actions.journal import Journal
+    from trainguard.actions.journal import Journal
 
     assert isinstance(journal, Journal)
     journal.request_breaker_reset()
@@ -192,7 +192,7 @@ def _reset(args: argparse.Namespace, journal: object) -> int:
 
 
 def _pool(args: argparse.Namespace, journal: object) -> int:
-    from actions.journal import Journal
+    from trainguard.actions.journal import Journal
 
     assert isinstance(journal, Journal)
     pool = journal.get_state("rails").get("pool", {})
@@ -202,7 +202,7 @@ def _pool(args: argparse.Namespace, journal: object) -> int:
 
 
 def _return(args: argparse.Namespace, journal: object) -> int:
-    from actions.journal import Journal
+    from trainguard.actions.journal import Journal
 
     assert isinstance(journal, Journal)
     try:
@@ -224,8 +224,8 @@ def _verdict(args: argparse.Namespace, journal: object) -> int:
     import time
     import uuid
 
-    from actions.journal import Journal
-    from actions.verdicts import CLI_VERDICT_PREFIX
+    from trainguard.actions.journal import Journal
+    from trainguard.actions.verdicts import CLI_VERDICT_PREFIX
 
     assert isinstance(journal, Journal)
     if journal.decision_for(args.incident_id) is None:

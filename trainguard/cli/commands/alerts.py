@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from schemas.topics import Topics
-    from streams.alerts.router import AlertRouter
+    from trainguard.schemas.topics import Topics
+    from trainguard.streams.alerts.router import AlertRouter
 
     slack = os.environ.get("TRAINGUARD_ALERTS_SLACK_URL", "")
     if args.slack_url_file:

@@ -14,7 +14,7 @@ from trainguard.cli.commands.needs_lab import needs_lab
 from trainguard.settings import Settings
 
 if TYPE_CHECKING:
-    from schemas.records import Incident
+    from trainguard.schemas.records import Incident
 
 PROGRESS_MIN_BYTES = 20 << 20  # show a progress bar for recordings above 20 MiB
 
@@ -56,10 +56,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 @needs_lab("backtest")
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from detectors.pipeline import DetectionPipeline
-    from lab.backtest.report import build_report, markdown, write_report
-    from lab.backtest.runner import read_floor, run_backtest
-    from lab.backtest.scoring import score
+    from trainguard.detectors.pipeline import DetectionPipeline
+    from trainguard.lab.backtest.report import build_report, markdown, write_report
+    from trainguard.lab.backtest.runner import read_floor, run_backtest
+    from trainguard.lab.backtest.scoring import score
 
     if not args.recording.is_file():
         print(f"trainguard backtest: recording {args.recording}: not found", file=sys.stderr)
@@ -93,8 +93,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def _rollout(args: argparse.Namespace, settings: Settings, incidents: list[Incident]) -> None:
     """The per-rule table of what `auto` would have done with these incidents (lab/backtest/rollout.py)."""
-    from lab.backtest.rollout import rollout_rows
     from trainguard.cli.commands.actions_log import print_report
+    from trainguard.lab.backtest.rollout import rollout_rows
 
     rows = rollout_rows(args.recording, incidents, settings.actions)
     print_report(rows, title=f"rollout: the backtest's {len(incidents)} incidents decided in auto, nothing executed")
@@ -106,8 +106,8 @@ def _rollout(args: argparse.Namespace, settings: Settings, incidents: list[Incid
 
 @needs_lab("backtest-eval")
 def run_eval(args: argparse.Namespace, settings: Settings) -> int:
-    from lab.backtest.evaluate import evaluate
-    from lab.telemetry_sim import ScenarioError, TraceError
+    from trainguard.lab.backtest.evaluate import evaluate
+    from trainguard.lab.telemetry_sim import ScenarioError, TraceError
 
     try:
         report = evaluate(args.scenarios, args.report, settings.detectors, grace_s=args.grace)

@@ -11,7 +11,7 @@ from trainguard.cli.commands.needs_lab import needs_lab
 from trainguard.settings import Settings
 
 if TYPE_CHECKING:  # lab is imported only when the command runs (the runtime image has none)
-    from lab.localkafka.broker import LocalBroker
+    from trainguard.lab.localkafka.broker import LocalBroker
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 @needs_lab("broker")
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from lab.localkafka.broker import BrokerError, LocalBroker
+    from trainguard.lab.localkafka.broker import BrokerError, LocalBroker
 
     console = Console()
     broker_settings = settings.broker

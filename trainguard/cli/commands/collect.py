@@ -42,13 +42,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def build_loop(args: argparse.Namespace, settings: Settings) -> tuple[Any, Any]:
     """The node loop with every enabled collector, and its publisher."""
-    from collectors.logs import FileFollower, KernelLog, LogParser
-    from collectors.metrics import CollectorMetrics
-    from collectors.node import LineSource, NodeLoop
-    from collectors.publisher import Publisher
-    from collectors.rdma import RdmaCollector
-    from schemas.kafka_config import client_options
-    from schemas.topics import Topics
+    from trainguard.collectors.logs import FileFollower, KernelLog, LogParser
+    from trainguard.collectors.metrics import CollectorMetrics
+    from trainguard.collectors.node import LineSource, NodeLoop
+    from trainguard.collectors.publisher import Publisher
+    from trainguard.collectors.rdma import RdmaCollector
+    from trainguard.schemas.kafka_config import client_options
+    from trainguard.schemas.topics import Topics
     from trainguard.topology import node_name
 
     cs = settings.collectors
@@ -82,21 +82,21 @@ def gpu_collector(args: argparse.Namespace, settings: Settings, node: str) -> An
     if (args.source or cs.gpu_source) == "nvml":
         if args.url:
             raise UsageError("collect: --url is dcgm-exporter's; add --source dcgm-exporter")
-        from collectors.nvml import GpuCollector
+        from trainguard.collectors.nvml import GpuCollector
 
         return GpuCollector(node=node, job=args.job, timeout_s=cs.nvml_timeout_s)
     url = args.url or cs.dcgm_exporter_url
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise UsageError(f"collect: --url {url!r} is not an http(s) URL (e.g. http://localhost:9400/metrics)")
-    from collectors.dcgm_source import DcgmExporterCollector
+    from trainguard.collectors.dcgm_source import DcgmExporterCollector
 
     return DcgmExporterCollector(node=node, job=args.job, url=url, timeout_s=cs.dcgm_exporter_timeout_s)
 
 
 def npd_watcher(args: argparse.Namespace, settings: Settings, node: str) -> Any:
     """The node-problem-detector watcher for this node; a Kubernetes config that cannot load stops us here."""
-    from collectors.npd import NpdWatcher
+    from trainguard.collectors.npd import NpdWatcher
 
     cs = settings.collectors
     try:

@@ -36,11 +36,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 @needs_lab("demo")
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from lab.demo.console import ConsoleReporter
-    from lab.demo.runner import DemoRunner
-    from lab.demo.scenario import DemoScenario, short_scenario
-    from lab.demo.summary import plot_timeline, print_summary
-    from lab.localkafka.broker import BrokerError, LocalBroker
+    from trainguard.lab.demo.console import ConsoleReporter
+    from trainguard.lab.demo.runner import DemoRunner
+    from trainguard.lab.demo.scenario import DemoScenario, short_scenario
+    from trainguard.lab.demo.summary import plot_timeline, print_summary
+    from trainguard.lab.localkafka.broker import BrokerError, LocalBroker
 
     console = Console()
     # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so every demo process is stopped.

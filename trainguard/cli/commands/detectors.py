@@ -48,8 +48,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def describe(type_name: str) -> dict[str, Any]:
     """One registered type: where it lives, what it consumes, its parameters."""
-    from detectors.dispatch import consumes
-    from detectors.registry import available, load
+    from trainguard.detectors.dispatch import consumes
+    from trainguard.detectors.registry import available, load
 
     cls = load(type_name)
     params = {
@@ -66,7 +66,7 @@ def list_detectors(settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from detectors.registry import available
+    from trainguard.detectors.registry import available
 
     configured: dict[str, list[str]] = {}
     for spec in settings.detectors.instances:
@@ -93,9 +93,9 @@ def list_detectors(settings: Settings) -> int:
 
 
 def train_model(args: argparse.Namespace) -> int:
-    from detectors.health_model import NodeFeatures, train
-    from schemas.records import NodeGpuSample
-    from streams.recording import RecordingError, read_recording
+    from trainguard.detectors.health_model import NodeFeatures, train
+    from trainguard.schemas.records import NodeGpuSample
+    from trainguard.streams.recording import RecordingError, read_recording
 
     if not args.recording.is_file():
         print(f"trainguard detectors train: {args.recording}: not found", file=sys.stderr)

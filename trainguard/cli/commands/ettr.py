@@ -10,8 +10,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from schemas.records import Record
 from trainguard.cli.errors import UsageError
+from trainguard.schemas.records import Record
 from trainguard.settings import Settings
 
 
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from actions.ettr import EttrAccount
+    from trainguard.actions.ettr import EttrAccount
 
     account = EttrAccount()
     jobs: set[str] = set()
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def _records(args: argparse.Namespace, settings: Settings) -> Iterator[Record]:
     if args.recording:
-        from streams.recording import read_recording
+        from trainguard.streams.recording import read_recording
 
         for path in args.recording:
             if not Path(path).is_file():
@@ -74,13 +74,13 @@ def _from_topics(settings: Settings) -> Iterator[Record]:
     """Every record of the accounted topics, from the beginning to their current end."""
     from kafka import TopicPartition
 
-    from streams.admin import require_broker
+    from trainguard.streams.admin import require_broker
 
     require_broker(settings)
 
-    from schemas.codec import Codec, DecodeError
-    from schemas.topics import Topics
-    from streams import kafka_io
+    from trainguard.schemas.codec import Codec, DecodeError
+    from trainguard.schemas.topics import Topics
+    from trainguard.streams import kafka_io
 
     topics, codec = Topics(settings.topics.prefix), Codec()
     consumer = kafka_io.consumer(settings.broker)

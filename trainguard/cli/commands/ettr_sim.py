@@ -14,7 +14,7 @@ from trainguard.cli.commands.needs_lab import needs_lab
 from trainguard.settings import Settings
 
 if TYPE_CHECKING:
-    from lab.ettr_sim import SimParams, TraceHistory
+    from trainguard.lab.ettr_sim import SimParams, TraceHistory
 
 TRACE_IN_SHARED = Path("shared") / "data" / "infinitehbd"
 T = TypeVar("T", int, float)
@@ -96,8 +96,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 @needs_lab("ettr-sim")
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from lab.ettr_sim import ParamError, TraceHistory
-    from lab.telemetry_sim.trace import TraceError, load_trace
+    from trainguard.lab.ettr_sim import ParamError, TraceHistory
+    from trainguard.lab.telemetry_sim.trace import TraceError, load_trace
 
     args.trace = args.trace or default_trace()
     if not args.trace.exists():
@@ -119,8 +119,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _params(args: argparse.Namespace) -> SimParams:
-    from lab.ettr_sim import JobParams, SimParams, with_measured_latencies
-    from lab.ettr_sim.measured import with_measured_recovery
+    from trainguard.lab.ettr_sim import JobParams, SimParams, with_measured_latencies
+    from trainguard.lab.ettr_sim.measured import with_measured_recovery
 
     params = SimParams(rate_scale=args.rate_scale, job=JobParams(
         nodes=args.nodes, gpus_per_node=args.gpus_per_node, days=args.days,
@@ -138,8 +138,8 @@ def _params(args: argparse.Namespace) -> SimParams:
 
 
 def _single(args: argparse.Namespace, history: TraceHistory, params: SimParams) -> dict[str, Any]:
-    from lab.ettr_sim import simulate
-    from lab.ettr_sim.report import print_report, to_json
+    from trainguard.lab.ettr_sim import simulate
+    from trainguard.lab.ettr_sim.report import print_report, to_json
 
     result = simulate(history, params, seed=args.seed)
     print_report(result)
@@ -147,10 +147,10 @@ def _single(args: argparse.Namespace, history: TraceHistory, params: SimParams) 
 
 
 def _sweep(args: argparse.Namespace, history: TraceHistory, params: SimParams) -> dict[str, Any]:
-    from lab.ettr_sim import ParamError
-    from lab.ettr_sim.params import as_dict
-    from lab.ettr_sim.sweep import sweep
-    from lab.ettr_sim.sweep_report import plot_sweep, print_sweep, sweep_json, sweep_markdown
+    from trainguard.lab.ettr_sim import ParamError
+    from trainguard.lab.ettr_sim.params import as_dict
+    from trainguard.lab.ettr_sim.sweep import sweep
+    from trainguard.lab.ettr_sim.sweep_report import plot_sweep, print_sweep, sweep_json, sweep_markdown
 
     if args.seeds < 1:
         raise ParamError(f"--seeds: must be >= 1 (got {args.seeds})")

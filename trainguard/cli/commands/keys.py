@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from schemas.signing import generate
+    from trainguard.schemas.signing import generate
 
     out = args.dir
     wanted = [(out, args.act_id)] * (not args.no_act) + [(out, "worker")] * (not args.no_worker)

@@ -18,8 +18,15 @@ from trainguard.settings import Settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
-# Top-level modules that `pip install 'trainguard[lab]'` brings: the package and its extra's dependencies.
+# What `pip install 'trainguard[lab]'` brings: the lab package (trainguard.lab) and its extra's dependencies.
 LAB_MODULES = frozenset({"lab", "matplotlib"})
+
+
+def _missing(name: str) -> str:
+    """The part of the install a missing module belongs to: `lab` for trainguard.lab..., else its top-level name."""
+    if name == "trainguard.lab" or name.startswith("trainguard.lab."):
+        return "lab"
+    return name.split(".")[0]
 INSTALL_HINT = "pip install 'trainguard[lab]' (the runtime image leaves it out)"
 
 
@@ -32,7 +39,7 @@ def needs_lab(command: str) -> Callable[[Handler], Handler]:
             try:
                 return handler(args, settings)
             except ModuleNotFoundError as exc:
-                missing = (exc.name or "").split(".")[0]
+                missing = _missing(exc.name or "")
                 if missing not in LAB_MODULES:
                     raise
                 raise UsageError(f"{command} needs the lab package ({missing} is not installed): "

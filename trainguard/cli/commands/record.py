@@ -10,7 +10,7 @@ from trainguard.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from schemas.topics import INPUT_TOPICS, TOPIC_RECORDS
+    from trainguard.schemas.topics import INPUT_TOPICS, TOPIC_RECORDS
 
     p = sub.add_parser("record", help="dump topics into a recording (JSON Lines)",
                        description="Read topics from the broker (from the beginning unless --from-end) and write "
@@ -26,9 +26,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from schemas.topics import Topics
-    from streams.admin import require_broker
-    from streams.recording import record
+    from trainguard.schemas.topics import Topics
+    from trainguard.streams.admin import require_broker
+    from trainguard.streams.recording import record
 
     if args.timeout is None and args.max_events is None:
         print("trainguard record: give --timeout S or --max-events N (or both)", file=sys.stderr)

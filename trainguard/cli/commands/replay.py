@@ -34,9 +34,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from schemas.topics import Topics
-    from streams.admin import ensure_configured_topics, require_broker
-    from streams.recording import DeliveryError, RecordingError, replay
+    from trainguard.schemas.topics import Topics
+    from trainguard.streams.admin import ensure_configured_topics, require_broker
+    from trainguard.streams.recording import DeliveryError, RecordingError, replay
 
     if not args.recording.is_file():
         print(f"trainguard replay: recording {args.recording}: not found", file=sys.stderr)

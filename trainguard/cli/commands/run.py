@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from schemas.actions import AGENT_VERBS
+from trainguard.schemas.actions import AGENT_VERBS
 from trainguard.settings import Settings
 
 
@@ -33,9 +33,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from collectors.agent.node_agent import Agent
-    from schemas.kafka_config import broker_environment
-    from schemas.topics import Topics
+    from trainguard.collectors.agent.node_agent import Agent
+    from trainguard.schemas.kafka_config import broker_environment
+    from trainguard.schemas.topics import Topics
     from trainguard.topology import node_name
 
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     logging.getLogger("kafka").setLevel(logging.WARNING if args.verbose else logging.CRITICAL)
     # Commands are rare and move nodes: every one the agent receives and answers is logged even
     # without --verbose, so "act got no answer" can be told from "the agent never saw it".
-    logging.getLogger("collectors.agent.node_agent").setLevel(logging.INFO)
+    logging.getLogger("trainguard.collectors.agent.node_agent").setLevel(logging.INFO)
     node = args.node or settings.collectors.node or node_name()
     # Keys first (no default key: the agent refuses to start, exit 2), then the environment the
     # training inherits: its hook publishes to the same cluster.
@@ -72,7 +72,7 @@ def _ensure_topics(settings: Settings, names: list[str]) -> None:
     """Create the topics if the broker is up; the agent must run the job even when it is not."""
     from kafka.errors import KafkaError
 
-    from streams.admin import ensure_configured_topics
+    from trainguard.streams.admin import ensure_configured_topics
 
     try:
         ensure_configured_topics(settings, names)

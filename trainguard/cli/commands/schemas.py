@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from schemas.codec import json_schemas
+from trainguard.schemas.codec import json_schemas
 from trainguard.settings import Settings
 
 

@@ -19,7 +19,7 @@ import sys
 
 import msgspec
 
-from schemas.action_params import MachineCheck, Replay, SelfCheck
+from trainguard.schemas.action_params import MachineCheck, Replay, SelfCheck
 from trainguard.settings import Settings
 
 
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     if isinstance(params, MachineCheck):
         return _run_machine(action, params)
-    from collectors.agent.selfcheck.hierarchy import run_hierarchy, run_replay
+    from trainguard.collectors.agent.selfcheck.hierarchy import run_hierarchy, run_replay
 
     if isinstance(params, Replay):
         report = run_replay(params.groups, timeout_s=args.timeout if params.timeout_s is None else params.timeout_s)
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def _run_machine(action: str, params: MachineCheck) -> int:
     """This machine's part of a fanned-out check; act aggregates the reports."""
-    from collectors.agent.selfcheck.machine import MachineSpec, machine_passed, run_machine
+    from trainguard.collectors.agent.selfcheck.machine import MachineSpec, machine_passed, run_machine
 
     spec = MachineSpec.from_check(params)
     report = run_machine(spec)
@@ -84,8 +84,8 @@ def _request(args: argparse.Namespace) -> tuple[str, SelfCheck | Replay | Machin
     """(action, params) from --command-json or the flags; ValueError names the problem."""
     checks = [c for c in args.checks.split(",") if c]
     if args.command_json:
-        from schemas.codec import DecodeError, decode
-        from schemas.records import ActionCommand
+        from trainguard.schemas.codec import DecodeError, decode
+        from trainguard.schemas.records import ActionCommand
 
         try:
             command = decode(args.command_json, ActionCommand)

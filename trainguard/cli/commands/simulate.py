@@ -29,8 +29,8 @@ def labels_path(recording: Path) -> Path:
 
 def simulate_to(scenario_path: Path, out: Path, labels: Path | None = None) -> tuple[int, int]:
     """Simulate one scenario file into `out`; return (events, faults)."""
-    from lab.telemetry_sim import load_scenario, run_scenario
-    from streams.recording import write_recording
+    from trainguard.lab.telemetry_sim import load_scenario, run_scenario
+    from trainguard.streams.recording import write_recording
 
     scenario = load_scenario(scenario_path)
     events, truth = run_scenario(scenario)
@@ -43,7 +43,7 @@ def simulate_to(scenario_path: Path, out: Path, labels: Path | None = None) -> t
 
 @needs_lab("simulate")
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from lab.telemetry_sim import ScenarioError, TraceError
+    from trainguard.lab.telemetry_sim import ScenarioError, TraceError
 
     try:
         count, faults = simulate_to(args.scenario, args.out, args.labels)

@@ -50,8 +50,8 @@ async def _serve(settings: Settings, cfg: object, timeout: float | None) -> int:
     from aiohttp import web
     from aiokafka.errors import KafkaError
 
-    from streams.console.factory import ConsoleRefused, create_console
-    from streams.console.settings import ConsoleSettings
+    from trainguard.streams.console.factory import ConsoleRefused, create_console
+    from trainguard.streams.console.settings import ConsoleSettings
 
     assert isinstance(cfg, ConsoleSettings)
     try:

@@ -18,9 +18,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     import faust
 
-    from streams.admin import ensure_configured_topics, require_broker
-    from streams.worker.factory import create_worker_app
-    from streams.worker.heap import settle_after_startup
+    from trainguard.streams.admin import ensure_configured_topics, require_broker
+    from trainguard.streams.worker.factory import create_worker_app
+    from trainguard.streams.worker.heap import settle_after_startup
 
     require_broker(settings)
     ensure_configured_topics(settings)

@@ -8,11 +8,11 @@ import time
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaConsumer, KafkaProducer
 
-from schemas import ActionCommand, ActionResult, Codec
-from schemas.signing import KeyRing, Signer
-from schemas.topics import Topics
-from streams.act.command_bus import KafkaCommandBus
-from streams.admin import ensure_topics
+from trainguard.schemas import ActionCommand, ActionResult, Codec
+from trainguard.schemas.signing import KeyRing, Signer
+from trainguard.schemas.topics import Topics
+from trainguard.streams.act.command_bus import KafkaCommandBus
+from trainguard.streams.admin import ensure_topics
 
 ACT = Signer("act", Ed25519PrivateKey.generate())
 N0 = Signer("n0", Ed25519PrivateKey.generate())

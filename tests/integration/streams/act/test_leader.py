@@ -13,7 +13,7 @@ import threading
 from fake_kube_api import FakeKube
 from kubernetes import client
 
-from streams.act.leader import LeaseElector
+from trainguard.streams.act.leader import LeaseElector
 
 
 class Clock:

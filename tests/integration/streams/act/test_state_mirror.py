@@ -12,14 +12,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaProducer
 
-from actions.journal import Journal
-from schemas import ActionResult, Codec
-from schemas.signing import KeyRing, Signer
-from schemas.topics import Topics
-from streams.act.command_bus import KafkaCommandBus
-from streams.act.state_mirror import MirrorFenced, StateMirror
-from streams.admin import ensure_topics
-from streams.kafka_io import as_broker
+from trainguard.actions.journal import Journal
+from trainguard.schemas import ActionResult, Codec
+from trainguard.schemas.signing import KeyRing, Signer
+from trainguard.schemas.topics import Topics
+from trainguard.streams.act.command_bus import KafkaCommandBus
+from trainguard.streams.act.state_mirror import MirrorFenced, StateMirror
+from trainguard.streams.admin import ensure_topics
+from trainguard.streams.kafka_io import as_broker
 
 pytestmark = pytest.mark.broker
 ACT = Signer("act", Ed25519PrivateKey.generate())

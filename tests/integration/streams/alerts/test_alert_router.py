@@ -19,11 +19,11 @@ from typing import Any
 
 from kafka import KafkaProducer
 
-from schemas.codec import Codec
-from schemas.records import Decision, Incident, PlannedAction
-from schemas.topics import Topics, key_for
-from streams.admin import ensure_topics
-from streams.alerts.router import AlertRouter
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import Decision, Incident, PlannedAction
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams.admin import ensure_topics
+from trainguard.streams.alerts.router import AlertRouter
 
 
 class Receiver:

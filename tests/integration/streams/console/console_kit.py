@@ -14,16 +14,16 @@ from aiohttp.test_utils import TestClient, TestServer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kafka import KafkaConsumer
 
-from schemas.codec import Codec
-from schemas.records import Record
-from schemas.signing import Signer
-from schemas.topics import Topics
-from streams.admin import ensure_topics
-from streams.console.app import create_app
-from streams.console.auth import Authenticator, User
-from streams.console.feed import ConsoleFeed
-from streams.console.settings import ConsoleSettings
-from streams.console.state import ConsoleState
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import Record
+from trainguard.schemas.signing import Signer
+from trainguard.schemas.topics import Topics
+from trainguard.streams.admin import ensure_topics
+from trainguard.streams.console.app import create_app
+from trainguard.streams.console.auth import Authenticator, User
+from trainguard.streams.console.feed import ConsoleFeed
+from trainguard.streams.console.settings import ConsoleSettings
+from trainguard.streams.console.state import ConsoleState
 
 USERS = [User(name="alice", role="operator", token="op"), User(name="victor", role="viewer", token="view")]
 

@@ -10,13 +10,13 @@ import pytest
 from aiohttp.test_utils import TestClient
 from kafka import KafkaProducer
 
-from schemas.codec import Codec
-from schemas.records import AuditEntry, Incident, OperatorCommand
-from schemas.signing import KeyRing
-from schemas.topics import Topics, key_for
-from streams.console.auth import Authenticator
-from streams.console.settings import ConsoleSettings
 from tests.integration.streams.console.console_kit import OP, VIEW, console_key, read, read_raw, with_console
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import AuditEntry, Incident, OperatorCommand
+from trainguard.schemas.signing import KeyRing
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams.console.auth import Authenticator
+from trainguard.streams.console.settings import ConsoleSettings
 
 pytestmark = pytest.mark.broker
 
@@ -131,7 +131,7 @@ def test_malformed_or_deeply_nested_bodies_get_400_without_a_traceback(kafka: st
         with_console(kafka, topic_prefix, body)
     # Only the console's own loggers and aiohttp's: an unretrieved future of a producer that an
     # earlier test in the same process leaked can be logged by asyncio in the middle of this one.
-    ours = [r for r in caplog.records if r.name.startswith(("aiohttp", "streams.console"))]
+    ours = [r for r in caplog.records if r.name.startswith(("aiohttp", "trainguard.streams.console"))]
     assert not [r for r in ours if r.exc_info or "Traceback" in r.getMessage()]
     commands = [r for r in read(kafka, topic_prefix + "operator", 1) if isinstance(r, OperatorCommand)]
     assert len(commands) == 1  # none of the bad bodies sent anything

@@ -10,11 +10,11 @@ import pytest
 from aiohttp.test_utils import TestClient
 from kafka import KafkaProducer
 
-from schemas.codec import Codec
-from schemas.records import AuditEntry, OperatorCommand
-from schemas.signing import KeyRing
-from schemas.topics import Topics
 from tests.integration.streams.console.console_kit import OP, VIEW, console_key, read_raw, with_console
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import AuditEntry, OperatorCommand
+from trainguard.schemas.signing import KeyRing
+from trainguard.schemas.topics import Topics
 
 pytestmark = pytest.mark.broker
 LEMON = {"quarantined": {"ts": 300.0, "reason": "3 hw_fault incidents in 7 days (jobs j1, j2, j3; threshold 3)"},

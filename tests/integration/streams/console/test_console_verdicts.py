@@ -10,10 +10,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 from kafka import KafkaProducer
 
-from schemas.codec import Codec
-from schemas.records import AuditEntry, Decision, Incident, OperatorCommand, PlannedAction, Record
-from schemas.topics import Topics, key_for
 from tests.integration.streams.console.console_kit import OP, VIEW, read, with_console
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import AuditEntry, Decision, Incident, OperatorCommand, PlannedAction, Record
+from trainguard.schemas.topics import Topics, key_for
 
 pytestmark = pytest.mark.broker
 RULE = "hw_fault.evict_swap_restart"

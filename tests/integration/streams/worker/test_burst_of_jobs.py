@@ -17,12 +17,12 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from schemas import Codec
-from schemas.records import Heartbeat
-from schemas.topics import Topics, key_for
-from streams import kafka_io
-from streams.admin import ensure_topics
-from streams.worker.batch_loop import TXN_BUDGET_S
+from trainguard.schemas import Codec
+from trainguard.schemas.records import Heartbeat
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams import kafka_io
+from trainguard.streams.admin import ensure_topics
+from trainguard.streams.worker.batch_loop import TXN_BUDGET_S
 
 Start = Callable[..., subprocess.Popen[str]]
 JOBS = 50_000

@@ -15,11 +15,11 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from schemas import Codec
-from schemas.records import Anomaly, Heartbeat, Incident, LogEvent, Record
-from schemas.topics import Topics, key_for
-from streams import kafka_io
-from streams.admin import ensure_topics
+from trainguard.schemas import Codec
+from trainguard.schemas.records import Anomaly, Heartbeat, Incident, LogEvent, Record
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams import kafka_io
+from trainguard.streams.admin import ensure_topics
 
 Start = Callable[..., subprocess.Popen[str]]
 HOUR = 3600.0

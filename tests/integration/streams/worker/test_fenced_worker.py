@@ -31,11 +31,11 @@ from pathlib import Path
 import pytest
 from processes import stop_all
 
-from schemas import Codec
-from schemas.records import DeadLetter, Heartbeat, Incident, TrainingStep
-from schemas.topics import Topics, key_for
-from streams import kafka_io
-from streams.admin import ensure_topics
+from trainguard.schemas import Codec
+from trainguard.schemas.records import DeadLetter, Heartbeat, Incident, TrainingStep
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams import kafka_io
+from trainguard.streams.admin import ensure_topics
 
 Start = Callable[..., subprocess.Popen[bytes]]
 

@@ -22,10 +22,10 @@ from kafka import KafkaProducer
 from processes import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
-from schemas.codec import encode
-from schemas.records import GpuStats, Heartbeat, NodeGpuSample, TrainingStep
-from schemas.topics import Topics, key_for
-from streams.admin import ensure_topics
+from trainguard.schemas.codec import encode
+from trainguard.schemas.records import GpuStats, Heartbeat, NodeGpuSample, TrainingStep
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams.admin import ensure_topics
 
 pytestmark = pytest.mark.broker
 

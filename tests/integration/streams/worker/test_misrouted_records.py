@@ -18,12 +18,12 @@ from collections.abc import Callable
 
 import pytest
 
-from schemas import Codec
-from schemas.records import Heartbeat, PhaseChange, TrainingStep
-from schemas.topics import Topics
-from streams import kafka_io
-from streams.admin import ensure_topics
-from streams.worker.tasks import partition_of
+from trainguard.schemas import Codec
+from trainguard.schemas.records import Heartbeat, PhaseChange, TrainingStep
+from trainguard.schemas.topics import Topics
+from trainguard.streams import kafka_io
+from trainguard.streams.admin import ensure_topics
+from trainguard.streams.worker.tasks import partition_of
 
 Start = Callable[..., subprocess.Popen[str]]
 

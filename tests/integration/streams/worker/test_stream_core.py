@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from kafka.errors import MessageSizeTooLargeError
 
-from schemas import Codec
-from schemas.records import (
+from trainguard.schemas import Codec
+from trainguard.schemas.records import (
     DeadLetter,
     GpuStats,
     Heartbeat,
@@ -24,9 +24,9 @@ from schemas.records import (
     TrainingStep,
     XidEvent,
 )
-from schemas.topics import Topics, key_for
-from streams import kafka_io
-from streams.admin import ensure_topics
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams import kafka_io
+from trainguard.streams.admin import ensure_topics
 
 Start = Callable[..., subprocess.Popen[str]]
 

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from processes import free_port
 
-from lab.localkafka.broker import LocalBroker
-from schemas import Codec
-from schemas.records import Heartbeat, Incident, TrainingStep
-from schemas.topics import Topics, key_for
-from streams import kafka_io
-from streams.admin import ensure_topics
+from trainguard.lab.localkafka.broker import LocalBroker
+from trainguard.schemas import Codec
+from trainguard.schemas.records import Heartbeat, Incident, TrainingStep
+from trainguard.schemas.topics import Topics, key_for
 from trainguard.settings import BrokerSettings
+from trainguard.streams import kafka_io
+from trainguard.streams.admin import ensure_topics
 
 pytestmark = pytest.mark.broker
 OUTAGE_S = 60

@@ -18,15 +18,15 @@ import pytest
 import yaml
 from processes import stop_all
 
-from detectors.pipeline import DetectionPipeline
-from lab.backtest.runner import run_backtest
-from schemas import Codec
-from schemas.records import Incident, Record
-from schemas.topics import Topics
-from streams import kafka_io
-from streams.admin import ensure_topics
-from streams.recording import read_recording, replay, write_recording
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.lab.backtest.runner import run_backtest
+from trainguard.schemas import Codec
+from trainguard.schemas.records import Incident, Record
+from trainguard.schemas.topics import Topics
 from trainguard.settings import load_settings
+from trainguard.streams import kafka_io
+from trainguard.streams.admin import ensure_topics
+from trainguard.streams.recording import read_recording, replay, write_recording
 
 SCENARIO = Path(__file__).parents[3] / "fixtures" / "scenarios" / "stream-core.yaml"
 Start = Callable[..., subprocess.Popen[bytes]]

@@ -41,12 +41,12 @@ from pathlib import Path
 import pytest
 from processes import stop_all
 
-from schemas import Codec
-from schemas.records import Heartbeat, Incident, NodeGpuSample, RdmaSample, Record, TrainingStep
-from schemas.topics import Topics, key_for
-from streams import kafka_io
-from streams.admin import ensure_topics
-from streams.worker.tasks import partition_of
+from trainguard.schemas import Codec
+from trainguard.schemas.records import Heartbeat, Incident, NodeGpuSample, RdmaSample, Record, TrainingStep
+from trainguard.schemas.topics import Topics, key_for
+from trainguard.streams import kafka_io
+from trainguard.streams.admin import ensure_topics
+from trainguard.streams.worker.tasks import partition_of
 
 Start = Callable[[str], subprocess.Popen[bytes]]
 PARTITIONS, RANKS, TICK_S = 4, 4, 0.5

@@ -9,9 +9,9 @@ suite checks it like any built-in.
 
 from __future__ import annotations
 
-from detectors.base import Detector, anomaly_id
-from detectors.dispatch import on
-from schemas.records import Anomaly, TrainingStep
+from trainguard.detectors.base import Detector, anomaly_id
+from trainguard.detectors.dispatch import on
+from trainguard.schemas.records import Anomaly, TrainingStep
 
 
 class LongStepDetector(Detector):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from sample_detector import LongStepDetector
 
-from detectors.checks import check_detector, run
-from detectors.synthetic import Fleet
+from trainguard.detectors.checks import check_detector, run
+from trainguard.detectors.synthetic import Fleet
 
 
 def test_conforms_to_the_detector_protocol() -> None:

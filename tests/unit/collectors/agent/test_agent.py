@@ -17,11 +17,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fakes import ListSink
 
-from collectors.agent.node_agent import Agent
-from schemas.action_params import Restart
-from schemas.codec import Codec, DecodeError
-from schemas.records import ActionCommand, ActionResult, AttemptKey, AuditEntry, LogEvent
-from schemas.signing import KeyRing, Received, Signer, attempt_key_id, load_signer, public_from_b64
+from trainguard.collectors.agent.node_agent import Agent
+from trainguard.schemas.action_params import Restart
+from trainguard.schemas.codec import Codec, DecodeError
+from trainguard.schemas.records import ActionCommand, ActionResult, AttemptKey, AuditEntry, LogEvent
+from trainguard.schemas.signing import KeyRing, Received, Signer, attempt_key_id, load_signer, public_from_b64
 
 ACT = Signer("act", Ed25519PrivateKey.generate())
 EVIL = Signer("act", Ed25519PrivateKey.generate())  # claims act's key id, holds another key
@@ -206,8 +206,8 @@ def test_restart_adopts_the_job_generation_from_the_command(make_agent) -> None:
 def test_from_settings_builds_the_agent_trainguard_run_starts(tmp_path: Path, keys) -> None:  # type: ignore[no-untyped-def]
     """Its sink is a spooling Publisher signing as this node, its feed reads the actions topic, its state
     sits in collectors.agent.state_dir; nothing needs a broker (nothing listens on the port here)."""
-    from collectors.agent.command_feed import BackgroundFeed
-    from collectors.publisher import Publisher
+    from trainguard.collectors.agent.command_feed import BackgroundFeed
+    from trainguard.collectors.publisher import Publisher
     from trainguard.settings import load_settings
 
     keys.node("n1")
@@ -223,7 +223,7 @@ def test_from_settings_builds_the_agent_trainguard_run_starts(tmp_path: Path, ke
 
 
 def test_from_settings_refuses_without_this_nodes_key(tmp_path: Path, keys) -> None:  # type: ignore[no-untyped-def]
-    from schemas.signing import KeyFileError
+    from trainguard.schemas.signing import KeyFileError
     from trainguard.settings import load_settings
 
     settings = load_settings(None, security=keys.security(), collectors={"agent": {"state_dir": str(tmp_path)}})
@@ -236,7 +236,7 @@ def test_every_command_received_and_its_answer_is_logged(make_agent, caplog: pyt
     """An unanswered command must be diagnosable from the agent's log alone: did it arrive, what came of it."""
     agent, _ = make_agent()
     agent.start()
-    with caplog.at_level("INFO", logger="collectors.agent.node_agent"):
+    with caplog.at_level("INFO", logger="trainguard.collectors.agent.node_agent"):
         agent.handle(cmd("forged", "stop", signer=EVIL))
         agent.handle(cmd("real", "stop"))
     lines = [r.getMessage() for r in caplog.records]

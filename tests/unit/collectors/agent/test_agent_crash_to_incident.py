@@ -18,13 +18,13 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fakes import ListSink
 
-from collectors.agent.node_agent import Agent
-from detectors.logs import UserErrorDetector
-from detectors.pipeline import DetectionPipeline
-from schemas.action_params import ActionParams, NoParams, Restart
-from schemas.codec import Codec
-from schemas.records import ActionCommand, Heartbeat, Incident, Record
-from schemas.signing import KeyRing, Received, Signer
+from trainguard.collectors.agent.node_agent import Agent
+from trainguard.detectors.logs import UserErrorDetector
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas.action_params import ActionParams, NoParams, Restart
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import ActionCommand, Heartbeat, Incident, Record
+from trainguard.schemas.signing import KeyRing, Received, Signer
 
 ACT = Signer("act", Ed25519PrivateKey.generate())
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]

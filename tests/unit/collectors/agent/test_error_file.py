@@ -16,11 +16,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fakes import ListSink
 
-from collectors.agent.error_file import ERROR_FILE_ENV, SILENT_STARTUP
-from collectors.agent.node_agent import Agent
-from detectors.logs import classify
-from schemas.records import LogEvent
-from schemas.signing import KeyRing
+from trainguard.collectors.agent.error_file import ERROR_FILE_ENV, SILENT_STARTUP
+from trainguard.collectors.agent.node_agent import Agent
+from trainguard.detectors.logs import classify
+from trainguard.schemas.records import LogEvent
+from trainguard.schemas.signing import KeyRing
 
 RING = KeyRing({"act": Ed25519PrivateKey.generate().public_key()})
 RECORDED = """

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from detectors.nan import NanDetector
-from detectors.pipeline import DetectionPipeline
-from lab.backtest.runner import run_backtest
-from schemas.records import Heartbeat, TrainingStep
-from streams.recording import RecordingError, parse_line, read_recording, write_recording
 from trainguard.cli import main
+from trainguard.detectors.nan import NanDetector
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.lab.backtest.runner import run_backtest
+from trainguard.schemas.records import Heartbeat, TrainingStep
+from trainguard.streams.recording import RecordingError, parse_line, read_recording, write_recording
 
 SCENARIO = """
 name: cli-small
@@ -148,7 +148,7 @@ def test_backtest_reports_its_speed_against_reading_the_same_file(tmp_path: Path
 
 
 def test_the_floor_reads_every_good_line_and_skips_bad_ones(tmp_path: Path) -> None:
-    from lab.backtest.runner import read_floor
+    from trainguard.lab.backtest.runner import read_floor
 
     rec = tmp_path / "r.jsonl"
     write_recording(rec, steps(50, 99))

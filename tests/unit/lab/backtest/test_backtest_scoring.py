@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from lab.backtest.scoring import score
+from trainguard.lab.backtest.scoring import score
 
 
 def label(i: int, kind: str, start: float, end: float, nodes: list[str], ranks: list[int],
@@ -73,7 +73,7 @@ def test_missed_labels_are_listed() -> None:
 
 
 def test_a_transient_fail_slow_counts_in_no_recall_and_an_incident_on_it_is_an_over_eviction() -> None:
-    from lab.backtest.scoring import score as score_labels
+    from trainguard.lab.backtest.scoring import score as score_labels
 
     labels = [{"id": "blip", "kind": "network", "job": "j", "start": 100.0, "end": 160.0, "nodes": ["n1"],
                "ranks": [], "transient": True},

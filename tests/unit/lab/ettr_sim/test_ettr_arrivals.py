@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from lab.ettr_sim.arrivals import TraceHistory, draw_arrivals
-from lab.ettr_sim.params import JobParams, SimParams
+from trainguard.lab.ettr_sim.arrivals import TraceHistory, draw_arrivals
+from trainguard.lab.ettr_sim.params import JobParams, SimParams
 
 
 def _events(faults_per_server: dict[str, list[float]]) -> list[dict[str, Any]]:

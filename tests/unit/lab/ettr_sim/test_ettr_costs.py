@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lab.ettr_sim.costs import baseline_loss, trainguard_loss
-from lab.ettr_sim.params import DETECTOR_KIND, BaselineCosts, JobParams, TrainguardCosts
+from trainguard.lab.ettr_sim.costs import baseline_loss, trainguard_loss
+from trainguard.lab.ettr_sim.params import DETECTOR_KIND, BaselineCosts, JobParams, TrainguardCosts
 
 JOB, TG, BASE = JobParams(), TrainguardCosts(), BaselineCosts()
 

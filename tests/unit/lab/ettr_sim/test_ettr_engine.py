@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from lab.ettr_sim.arrivals import Arrival, TraceHistory
-from lab.ettr_sim.costs import Loss
-from lab.ettr_sim.engine import run_policy, simulate
-from lab.ettr_sim.params import DAY_S, JobParams, SimParams, TrainguardCosts
+from trainguard.lab.ettr_sim.arrivals import Arrival, TraceHistory
+from trainguard.lab.ettr_sim.costs import Loss
+from trainguard.lab.ettr_sim.engine import run_policy, simulate
+from trainguard.lab.ettr_sim.params import DAY_S, JobParams, SimParams, TrainguardCosts
 
 PARAMS = SimParams(job=JobParams(nodes=4, days=1.0))
 

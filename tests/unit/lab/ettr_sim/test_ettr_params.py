@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.ettr_sim.params import (
+from trainguard.lab.ettr_sim.params import (
     DEFAULT_MIX,
     JobParams,
     ParamError,

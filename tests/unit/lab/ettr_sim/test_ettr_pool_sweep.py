@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from lab.ettr_sim import ParamError, SimParams
-from lab.ettr_sim.arrivals import TraceHistory
-from lab.ettr_sim.params import JobParams
-from lab.ettr_sim.sweep import best, pool_sizes, sweep
-from lab.ettr_sim.sweep_report import plot_sweep, sweep_json, sweep_markdown
+from trainguard.lab.ettr_sim import ParamError, SimParams
+from trainguard.lab.ettr_sim.arrivals import TraceHistory
+from trainguard.lab.ettr_sim.params import JobParams
+from trainguard.lab.ettr_sim.sweep import best, pool_sizes, sweep
+from trainguard.lab.ettr_sim.sweep_report import plot_sweep, sweep_json, sweep_markdown
 
 
 def _history() -> TraceHistory:

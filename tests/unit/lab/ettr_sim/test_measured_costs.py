@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.ettr_sim import ParamError, SimParams
-from lab.ettr_sim.measured import with_measured_recovery
 from trainguard.cli import main
+from trainguard.lab.ettr_sim import ParamError, SimParams
+from trainguard.lab.ettr_sim.measured import with_measured_recovery
 
 REPORT = {"restart_s": {"in_process": 2.0, "process_from_memory": 12.0, "process_from_last_checkpoint": 15.0},
           "overhead_ratio": {"memory": 0.01, "memory+peer": 0.02}}

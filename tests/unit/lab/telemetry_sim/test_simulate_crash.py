@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.telemetry_sim import run_scenario
-from lab.telemetry_sim.scenario import parse_scenario
-from schemas.records import LogEvent, NodeGpuSample, Record
+from trainguard.lab.telemetry_sim import run_scenario
+from trainguard.lab.telemetry_sim.scenario import parse_scenario
+from trainguard.schemas.records import LogEvent, NodeGpuSample, Record
 
 T0 = 1_767_225_600.0
 
@@ -61,7 +61,7 @@ def test_a_sigkill_naming_no_node_kills_every_nodes_processes_at_once() -> None:
 
 
 def test_a_link_fail_slow_is_a_third_of_its_siblings_with_symbol_errors_and_a_short_one_is_labelled_transient() -> None:
-    from schemas.records import RdmaSample
+    from trainguard.schemas.records import RdmaSample
 
     events, [label] = simulate({"kind": "network", "at_s": 300, "variant": "fail_slow", "node": 1, "gpu": 2,
                                 "duration_s": 60})

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from lab.telemetry_sim import run_scenario
-from lab.telemetry_sim.scenario import parse_scenario
-from schemas.records import (
+from trainguard.lab.telemetry_sim import run_scenario
+from trainguard.lab.telemetry_sim.scenario import parse_scenario
+from trainguard.schemas.records import (
     CheckpointEvent,
     Heartbeat,
     JobTopology,
@@ -143,7 +143,7 @@ def test_user_error_is_a_traceback_after_a_code_version_change() -> None:
 
 
 def test_overlapping_explicit_faults_are_refused() -> None:
-    from lab.telemetry_sim.scenario import ScenarioError
+    from trainguard.lab.telemetry_sim.scenario import ScenarioError
 
     with pytest.raises(ScenarioError, match="overlaps"):
         simulate([{"kind": "hang", "at_s": 700}, {"kind": "nan", "at_s": 800}])

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from lab.telemetry_sim import run_scenario
-from lab.telemetry_sim.scenario import ScenarioError, parse_scenario
-from schemas.records import (
+from trainguard.lab.telemetry_sim import run_scenario
+from trainguard.lab.telemetry_sim.scenario import ScenarioError, parse_scenario
+from trainguard.schemas.records import (
     CheckpointEvent,
     LogEvent,
     NodeGpuSample,

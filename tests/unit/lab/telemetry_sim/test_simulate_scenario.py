@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.telemetry_sim.scenario import ScenarioError, load_scenario, parse_scenario
+from trainguard.lab.telemetry_sim.scenario import ScenarioError, load_scenario, parse_scenario
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -70,7 +70,7 @@ def test_tuning_and_evaluation_sets_are_disjoint() -> None:
 def test_the_fleet_evaluation_set_has_ten_faults_of_every_kind_and_a_noisy_quiet_day() -> None:
     from collections import Counter
 
-    from lab.telemetry_sim import run_scenario
+    from trainguard.lab.telemetry_sim import run_scenario
 
     counts: Counter[str] = Counter()
     shapes: dict[str, set[str]] = {}

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.telemetry_sim import run_scenario
-from lab.telemetry_sim.scenario import parse_scenario
-from lab.telemetry_sim.trace import DEFAULT_KINDS_MAP, TraceError, load_trace, map_kind, trace_faults
-from schemas.records import RdmaSample
+from trainguard.lab.telemetry_sim import run_scenario
+from trainguard.lab.telemetry_sim.scenario import parse_scenario
+from trainguard.lab.telemetry_sim.trace import DEFAULT_KINDS_MAP, TraceError, load_trace, map_kind, trace_faults
+from trainguard.schemas.records import RdmaSample
 
 ROOT = Path(__file__).resolve().parents[4]
 TRACE = ROOT.parent / "shared" / "data" / "infinitehbd"  # ../shared/data/infinitehbd, as in CI

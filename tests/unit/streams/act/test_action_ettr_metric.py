@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.act.metrics import ActionMetrics
+from trainguard.streams.act.metrics import ActionMetrics
 
 
 def test_ettr_gauges_per_job() -> None:

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from streams.console.auth import Authenticator, CredentialsError, User, csrf_ok, digest, load_users, same_origin
+from trainguard.streams.console.auth import (
+    Authenticator,
+    CredentialsError,
+    User,
+    csrf_ok,
+    digest,
+    load_users,
+    same_origin,
+)
 
 USERS = [User(name="alice", role="operator", token_sha256=digest("op-secret")),
          User(name="victor", role="viewer", token="view-secret")]

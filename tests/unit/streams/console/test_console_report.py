@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from schemas.records import AuditEntry, Decision, Incident, PlannedAction
-from streams.console import report
-from streams.console.state import ConsoleState
+from trainguard.schemas.records import AuditEntry, Decision, Incident, PlannedAction
+from trainguard.streams.console import report
+from trainguard.streams.console.state import ConsoleState
 
 RULE = "hw_fault.evict_swap_restart"
 

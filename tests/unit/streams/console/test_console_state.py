@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.records import (
+from trainguard.schemas.records import (
     ActionCommand,
     ActionResult,
     Anomaly,
@@ -14,8 +14,8 @@ from schemas.records import (
     PlannedAction,
     TrainingStep,
 )
-from streams.console import views
-from streams.console.state import ConsoleState
+from trainguard.streams.console import views
+from trainguard.streams.console.state import ConsoleState
 
 
 def fleet_state() -> ConsoleState:

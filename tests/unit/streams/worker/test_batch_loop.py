@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from detectors.nan import NanDetector
-from detectors.pipeline import DetectionPipeline
-from schemas.codec import decode, encode
-from schemas.records import NodeGpuSample, TrainingStep
-from schemas.topics import Topics
-from streams.worker.batch_loop import BatchLoop
-from streams.worker.metrics import StateCensus, WorkerMetrics
-from streams.worker.tasks import NodeJobTable, TaskFactory, partition_of
-from streams.worker.watermark import EventClock
+from trainguard.detectors.nan import NanDetector
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas.codec import decode, encode
+from trainguard.schemas.records import NodeGpuSample, TrainingStep
+from trainguard.schemas.topics import Topics
 from trainguard.settings import BrokerSettings
+from trainguard.streams.worker.batch_loop import BatchLoop
+from trainguard.streams.worker.metrics import StateCensus, WorkerMetrics
+from trainguard.streams.worker.tasks import NodeJobTable, TaskFactory, partition_of
+from trainguard.streams.worker.watermark import EventClock
 
 TOPICS = Topics("u.")
 

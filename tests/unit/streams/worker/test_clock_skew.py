@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import random
 
-from detectors.correlate import IncidentCorrelator
-from detectors.pipeline import DetectionPipeline
-from schemas import Codec
-from schemas.records import Anomaly, Heartbeat, LogEvent
-from schemas.topics import Topics
-from streams.worker import snapshot
-from streams.worker.processor import MessageProcessor, RawMessage
-from streams.worker.skew import ClockSkewEstimator, SkewFinding, skew_anomaly
-from streams.worker.tasks import NodeJobTable, Task, TaskFactory
-from streams.worker.watermark import EventClock
+from trainguard.detectors.correlate import IncidentCorrelator
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas import Codec
+from trainguard.schemas.records import Anomaly, Heartbeat, LogEvent
+from trainguard.schemas.topics import Topics
+from trainguard.streams.worker import snapshot
+from trainguard.streams.worker.processor import MessageProcessor, RawMessage
+from trainguard.streams.worker.skew import ClockSkewEstimator, SkewFinding, skew_anomaly
+from trainguard.streams.worker.tasks import NodeJobTable, Task, TaskFactory
+from trainguard.streams.worker.watermark import EventClock
 
 DAY, HOUR = 86400.0, 3600.0
 T0 = 1.7e9

@@ -13,12 +13,12 @@ from collections.abc import Hashable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detectors.pipeline import DetectionPipeline
-from schemas import Codec
-from schemas.records import Heartbeat, LogEvent, TrainingStep
-from schemas.topics import Topics
-from streams.worker.processor import MessageProcessor, RawMessage
-from streams.worker.watermark import EventClock
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas import Codec
+from trainguard.schemas.records import Heartbeat, LogEvent, TrainingStep
+from trainguard.schemas.topics import Topics
+from trainguard.streams.worker.processor import MessageProcessor, RawMessage
+from trainguard.streams.worker.watermark import EventClock
 
 DAY = 86400.0
 

@@ -20,15 +20,15 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from detectors.nan import NanDetector
-from detectors.pipeline import DetectionPipeline
-from schemas.codec import encode
-from schemas.records import TrainingStep
-from schemas.topics import Topics
-from streams.worker.batch_loop import BatchLoop, ProducerFatal, _check_alive, _Listener
-from streams.worker.tasks import NodeJobTable, TaskFactory
-from streams.worker.watermark import EventClock
+from trainguard.detectors.nan import NanDetector
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas.codec import encode
+from trainguard.schemas.records import TrainingStep
+from trainguard.schemas.topics import Topics
 from trainguard.settings import BrokerSettings
+from trainguard.streams.worker.batch_loop import BatchLoop, ProducerFatal, _check_alive, _Listener
+from trainguard.streams.worker.tasks import NodeJobTable, TaskFactory
+from trainguard.streams.worker.watermark import EventClock
 
 TOPICS = Topics("u.")
 TP = TopicPartition("u.training", 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from streams.worker import heap
+from trainguard.streams.worker import heap
 
 
 def test_settling_freezes_start_up_and_raises_the_thresholds_and_restore_undoes_it() -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import base64
 
-from detectors.nan import NanDetector
-from detectors.pipeline import DetectionPipeline
-from schemas import Codec, DeadLetter, Heartbeat, Incident, TrainingStep
-from schemas.topics import Topics
-from streams.worker.processor import MessageProcessor, OutMessage, RawMessage
-from streams.worker.watermark import EventClock
+from trainguard.detectors.nan import NanDetector
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas import Codec, DeadLetter, Heartbeat, Incident, TrainingStep
+from trainguard.schemas.topics import Topics
+from trainguard.streams.worker.processor import MessageProcessor, OutMessage, RawMessage
+from trainguard.streams.worker.watermark import EventClock
 
 
 def processor() -> MessageProcessor:
@@ -76,7 +76,7 @@ def test_dead_letters_of_any_size_fit_a_kafka_message() -> None:
     import base64
     import hashlib
 
-    from schemas.codec import decode as decode_record
+    from trainguard.schemas.codec import decode as decode_record
 
     proc = processor()
     for size in (700_000, (1 << 20) + 1, 5_000_000, 20_000_000):
@@ -93,7 +93,7 @@ def test_incidents_are_signed_when_the_worker_holds_a_key() -> None:
     """Where ACLs cannot keep others off the incidents topic, act accepts only what the worker signed."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from schemas.signing import KeyRing, Signer
+    from trainguard.schemas.signing import KeyRing, Signer
 
     worker = Signer("worker", Ed25519PrivateKey.generate())
     proc = MessageProcessor(DetectionPipeline([NanDetector()]), Topics("t."), signer=worker)

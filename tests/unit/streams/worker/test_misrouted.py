@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from detectors.hang import HangDetector
-from detectors.pipeline import DetectionPipeline
-from schemas import Codec, DeadLetter, TrainingStep
-from schemas.topics import Topics
-from streams.worker.metrics import WorkerMetrics
-from streams.worker.processor import MessageProcessor, RawMessage, Routing
-from streams.worker.tasks import partition_of
-from streams.worker.watermark import EventClock
+from trainguard.detectors.hang import HangDetector
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas import Codec, DeadLetter, TrainingStep
+from trainguard.schemas.topics import Topics
+from trainguard.streams.worker.metrics import WorkerMetrics
+from trainguard.streams.worker.processor import MessageProcessor, RawMessage, Routing
+from trainguard.streams.worker.tasks import partition_of
+from trainguard.streams.worker.watermark import EventClock
 
 TOPICS = Topics("t.")
 

@@ -12,13 +12,13 @@ import math
 import msgspec
 import pytest
 
-from detectors.pipeline import DetectionPipeline
-from detectors.registry import build
-from detectors.settings import DetectorSettings
-from detectors.synthetic import mixed_stream
-from schemas.records import Record, TrainingStep
-from streams.worker.snapshot import Snapshot, dump, load
-from streams.worker.watermark import PartitionTime
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.detectors.registry import build
+from trainguard.detectors.settings import DetectorSettings
+from trainguard.detectors.synthetic import mixed_stream
+from trainguard.schemas.records import Record, TrainingStep
+from trainguard.streams.worker.snapshot import Snapshot, dump, load
+from trainguard.streams.worker.watermark import PartitionTime
 
 
 def _pipeline() -> DetectionPipeline:

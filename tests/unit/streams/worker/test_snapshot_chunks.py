@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from streams.worker.snapshot import CHUNK_BYTES, assemble, chunk_key, owner_of, pieces
+from trainguard.streams.worker.snapshot import CHUNK_BYTES, assemble, chunk_key, owner_of, pieces
 
 KEY = b"w.detect/task-3"
 

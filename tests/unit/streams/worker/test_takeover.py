@@ -17,14 +17,14 @@ from collections.abc import Hashable
 
 import pytest
 
-from detectors.pipeline import DetectionPipeline
-from detectors.settings import DetectorSettings
-from schemas import Codec
-from schemas.records import GpuStats, LogEvent, NodeGpuSample, Record, TrainingStep
-from schemas.topics import Topics
-from streams.worker.processor import MessageProcessor, OutMessage, RawMessage
-from streams.worker.snapshot import Snapshot, dump, load
-from streams.worker.watermark import EventClock
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.detectors.settings import DetectorSettings
+from trainguard.schemas import Codec
+from trainguard.schemas.records import GpuStats, LogEvent, NodeGpuSample, Record, TrainingStep
+from trainguard.schemas.topics import Topics
+from trainguard.streams.worker.processor import MessageProcessor, OutMessage, RawMessage
+from trainguard.streams.worker.snapshot import Snapshot, dump, load
+from trainguard.streams.worker.watermark import EventClock
 
 TOPICS = Topics("t.")
 PARTS: tuple[str, ...] = ("training", "gpu", "logs")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.worker.watermark import EventClock
+from trainguard.streams.worker.watermark import EventClock
 
 NOW = [0.0]
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import faust
 
-from streams import kafka_io
-from streams.worker.factory import create_worker_app
 from trainguard.settings import load_settings
+from trainguard.streams import kafka_io
+from trainguard.streams.worker.factory import create_worker_app
 
 
 def test_worker_speaks_the_configured_protocol(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -6,17 +6,17 @@ import urllib.request
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from detectors.base import Detector
-from detectors.common import Bounded
-from detectors.dispatch import on
-from detectors.hang import HangDetector
-from detectors.nan import NanDetector
-from detectors.pipeline import DetectionPipeline
-from schemas.codec import encode
-from schemas.records import Anomaly, Incident, TrainingStep
-from schemas.topics import Topics
-from streams.worker.metrics import StateCensus, WorkerMetrics, detector_evictions, detector_state_sizes
-from streams.worker.processor import OutMessage, ProcessorStats, RawMessage
+from trainguard.detectors.base import Detector
+from trainguard.detectors.common import Bounded
+from trainguard.detectors.dispatch import on
+from trainguard.detectors.hang import HangDetector
+from trainguard.detectors.nan import NanDetector
+from trainguard.detectors.pipeline import DetectionPipeline
+from trainguard.schemas.codec import encode
+from trainguard.schemas.records import Anomaly, Incident, TrainingStep
+from trainguard.schemas.topics import Topics
+from trainguard.streams.worker.metrics import StateCensus, WorkerMetrics, detector_evictions, detector_state_sizes
+from trainguard.streams.worker.processor import OutMessage, ProcessorStats, RawMessage
 
 TOPICS = Topics("x.")
 
@@ -188,7 +188,7 @@ def test_the_exported_families_keep_their_names_and_types() -> None:
 def test_sample_values_are_written_as_prometheus_client_writes_them() -> None:
     from prometheus_client.utils import floatToGoString
 
-    from streams.worker.metrics import _number
+    from trainguard.streams.worker.metrics import _number
 
     for value in (0.0, -0.0, 3.0, 0.1, 999_999.0, 999_999.9, 1e6, 1_234_567.0, 1.7961832766693e9, -5.5, -1e9,
                   float("inf"), float("-inf"), float("nan"), 1e-9):

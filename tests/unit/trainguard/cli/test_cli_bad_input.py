@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from schemas.records import TrainingStep
-from schemas.signing import generate
+from trainguard.schemas.records import TrainingStep
+from trainguard.schemas.signing import generate
 
 
 def _dead_port() -> int:
@@ -35,7 +35,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("cli")
     recording = root / "rec.jsonl"
     step = TrainingStep(ts=1.0, job="real-job", rank=0, node="n0", step=1, loss=1.0)
-    from streams.recording import RecordingWriter
+    from trainguard.streams.recording import RecordingWriter
 
     with open(recording, "wb") as f:
         RecordingWriter(f).write(step, key="real-job")

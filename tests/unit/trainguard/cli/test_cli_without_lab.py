@@ -1,7 +1,7 @@
 """The CLI as the runtime image runs it: without the `lab` package.
 
 Each run is a real `python -m trainguard.cli` subprocess whose import system refuses
-`lab` (a meta-path finder raising ModuleNotFoundError, as an absent package does), so
+`trainguard.lab` (a meta-path finder raising ModuleNotFoundError, as an absent package does), so
 the test sees what a user of the image sees: commands that need lab stop with one line
 and exit code 2; the others work.
 """
@@ -24,7 +24,7 @@ import runpy, sys
 
 class HideLab:
     def find_spec(self, name, path=None, target=None):
-        if name == "lab" or name.startswith("lab."):
+        if name == "trainguard.lab" or name.startswith("trainguard.lab."):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 
@@ -69,9 +69,9 @@ def test_runtime_commands_work_without_lab(tmp_path: Path) -> None:
 
 
 def test_the_blocker_really_hides_lab(tmp_path: Path) -> None:
-    probe = HIDE_LAB.replace('runpy.run_module("trainguard.cli", run_name="__main__")', "import lab.telemetry_sim")
+    probe = HIDE_LAB.replace('runpy.run_module("trainguard.cli", run_name="__main__")', "import trainguard.lab.telemetry_sim")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert done.returncode != 0 and "No module named 'lab'" in done.stderr
+    assert done.returncode != 0 and "No module named 'trainguard.lab'" in done.stderr
 
 
 def _raising(exc: BaseException) -> argparse.Namespace:
@@ -93,3 +93,9 @@ def test_a_missing_dependency_of_the_lab_extra_names_itself() -> None:
 def test_any_other_missing_module_is_not_blamed_on_lab() -> None:
     error = _raising(ModuleNotFoundError("No module named 'numpy'", name="numpy")).error
     assert type(error) is ModuleNotFoundError
+
+
+def test_a_missing_trainguard_lab_is_the_lab_package() -> None:
+    error = _raising(ModuleNotFoundError("No module named 'trainguard.lab'", name="trainguard.lab")).error
+    assert isinstance(error, UsageError)
+    assert str(error).startswith("backtest needs the lab package (lab is not installed): pip install")

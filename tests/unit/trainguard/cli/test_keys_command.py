@@ -54,8 +54,8 @@ def test_acls_only_the_console_writes_operator_commands_and_act_reads_them(
 
 
 def test_the_console_is_granted_every_topic_its_feed_reads_and_never_act_state() -> None:
-    from streams.console.feed import READ
     from trainguard.cli.kafka_acls import recommended
+    from trainguard.streams.console.feed import READ
 
     grants = [g for g in recommended("p.") if g.role == "console"]
     assert {g.name for g in grants if g.operation == "READ"} == {f"p.{t}" for t in READ}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.console.app import AssetsMissing, check_assets
 from trainguard.cli import main
+from trainguard.streams.console.app import AssetsMissing, check_assets
 
 
 def test_no_way_to_log_in(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from collectors.agent.selfcheck.machine import MachineSpec, machine_passed, run_machine
-from schemas.action_params import ActionParams, MachineCheck
+from trainguard.collectors.agent.selfcheck.machine import MachineSpec, machine_passed, run_machine
+from trainguard.schemas.action_params import ActionParams, MachineCheck
 
 
 def params(**over: Any) -> MachineCheck:

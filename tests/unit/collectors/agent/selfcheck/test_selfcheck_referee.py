@@ -12,7 +12,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from collectors.agent.selfcheck.referee import go_on
+from trainguard.collectors.agent.selfcheck.referee import go_on
 
 MACHINES = ["a", "b", "c"]
 
