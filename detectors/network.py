@@ -115,6 +115,8 @@ class NetworkDetector(Detector):
     def _sample(self, record: RdmaSample) -> list[Anomaly]:
         if record.ts > self._now:
             self._now = record.ts  # the stream's clock: a host running behind must not date a finding early
+        if self._quiet(record):
+            return []
         out: list[Anomaly] = []
         slow = self._degraded(record) if len(record.ports) >= 2 else {}
         for p in record.ports:
@@ -125,6 +127,49 @@ class NetworkDetector(Detector):
             if found is not None:
                 out.append(found)
         return out
+
+    def _quiet(self, sample: RdmaSample) -> bool:
+        """The common sample, in one pass: every port known, ACTIVE, nothing downed, errors below a burst, busy
+        shares healthy, and no episode, slow run or bad sighting open for any of them. Such a sample finds
+        nothing and changes only the ports' counters, which this records; anything else (False) takes the
+        port-by-port path, which gives the same answer for this sample: this only skips its work."""
+        ports, node, known, burst = sample.ports, sample.node, self._ports, self.error_burst
+        slow_runs = self._slow if self._slow else None  # asked per port only when some run is open
+        persist = self._persist if self._persist.any_open() else None
+        seen: list[tuple[_Port, int, int]] = []
+        rates: list[float] = []
+        for p in ports:
+            key = (node, p.device, p.port)
+            state = known.get(key)
+            if (state is None or state.last_bad is not None or p.link_downed > state.downed
+                    or (p.state != "ACTIVE" and not _active(p.state))
+                    or (slow_runs is not None and key in slow_runs) or (persist is not None and persist.is_open(key))):
+                return False
+            errors = p.symbol_errors + p.rcv_errors + p.link_error_recovery  # _errors(p), inline: the hot path
+            if errors - state.errors >= burst:
+                return False
+            seen.append((state, p.link_downed, errors))
+            rates.append(p.tx_bps + p.rx_bps)
+        if len(ports) >= 2 and not self._shares_healthy(rates):
+            return False
+        if len({id(state) for state, _, _ in seen}) < len(seen):
+            return False  # a port listed twice: the port-by-port path reads it in order
+        for state, downed, errors in seen:
+            state.downed, state.errors = downed, errors
+        return True
+
+    def _shares_healthy(self, rates: list[float]) -> bool:
+        """No port below `degraded_ratio` of its busy siblings' median (as `_degraded` judges; NaN: not here)."""
+        active = sorted(rates)
+        if any(r != r for r in active):
+            return False
+        k = (len(active) - 1) // 2
+        floor_ratio, busy = self.degraded_ratio, self.busy_bps
+        for rate in rates:
+            mid = active[k] if k < bisect_left(active, rate) else active[k + 1]
+            if mid >= busy and rate < floor_ratio * mid:
+                return False
+        return True
 
     def _degraded(self, sample: RdmaSample) -> dict[tuple[str, int], tuple[bool, float, float]]:
         """Per port compared with its busy siblings: (slow for `degraded_samples` samples, its rate, the

@@ -51,6 +51,14 @@ class Persistence:
         self._episodes: Bounded[Hashable, list[float]] = Bounded(max_keys)  # key -> [start, last_bad, n, escalated]
         self._history: Bounded[str, deque[tuple[float, float]]] = Bounded(max_keys)  # node -> (start, duration)
 
+    def is_open(self, key: Hashable) -> bool:
+        """Whether `key` has an episode under way (a healthy sighting of a key without one changes nothing)."""
+        return key in self._episodes
+
+    def any_open(self) -> bool:
+        """Whether any key has an episode under way (when none has, no key needs asking)."""
+        return bool(self._episodes)
+
     def bad(self, key: Hashable, node: str, ts: float) -> str | None:
         """Note `key` bad at `ts`; PERSISTENT or RECURRING the one time its episode deserves an incident."""
         ep = self._episodes.get(key)

@@ -17,6 +17,9 @@ from trainguard.schemas.records import Anomaly, RdmaPort, RdmaSample
 
 
 class _Before(NetworkDetector):
+    def _quiet(self, sample: RdmaSample) -> bool:  # the one-pass path for quiet samples came later
+        return False
+
     def _degraded(self, sample: RdmaSample) -> dict[tuple[str, int], Any]:  # type: ignore[override]
         rates = [p.tx_bps + p.rx_bps if _active(p.state) else None for p in sample.ports]
         out: dict[tuple[str, int], Any] = {}

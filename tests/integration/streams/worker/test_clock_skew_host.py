@@ -15,6 +15,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
+from kafka_reads import read_until
+
 from trainguard.schemas import Codec
 from trainguard.schemas.records import Anomaly, Heartbeat, Incident, LogEvent, Record
 from trainguard.schemas.topics import Topics, key_for
@@ -23,21 +25,6 @@ from trainguard.streams.admin import ensure_topics
 
 Start = Callable[..., subprocess.Popen[str]]
 HOUR = 3600.0
-
-
-def _committed(kafka: str, topics: Topics, logical: str, *, until: Callable[[list], bool],  # type: ignore[type-arg]
-               timeout_s: float = 90.0) -> list:  # type: ignore[type-arg]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        consumer = kafka_io.consumer(kafka_io.as_broker(kafka))
-        try:
-            parts = kafka_io.partitions_for(consumer, topics.name(logical))
-            got = [Codec().decode(m.value) for m in kafka_io.read_to_end(consumer, parts)]
-        finally:
-            consumer.close()
-        if until(got) or time.monotonic() > deadline:
-            return got
-        time.sleep(1.0)
 
 
 def _skews(got: list[Record]) -> list[Anomaly]:
@@ -61,10 +48,10 @@ def test_a_host_an_hour_behind_is_named_once_with_its_offset_and_no_incident(
                               timestamp_ms=int((t + 0.2) * 1000))
     producer.flush()
     worker = trainguard_proc("worker")
-    found = _skews(_committed(kafka, topics, "anomalies", until=lambda got: len(_skews(got)) >= 1))
+    found = _skews(read_until(kafka, topics.name("anomalies"), until=lambda got: len(_skews(got)) >= 1))
     time.sleep(5)  # nothing more may follow: one finding, not a flood
-    found = _skews(_committed(kafka, topics, "anomalies", until=lambda got: True))
-    incidents = [i for i in _committed(kafka, topics, "incidents", until=lambda got: True) if isinstance(i, Incident)]
+    found = _skews(read_until(kafka, topics.name("anomalies"), until=lambda got: True))
+    incidents = [i for i in read_until(kafka, topics.name("incidents"), until=lambda got: True) if isinstance(i, Incident)]
     assert worker.poll() is None, process_output(worker)
     assert [(a.nodes, a.evidence["state"]) for a in found] == [(["nlate"], "skewed")], (found, process_output(worker))
     assert abs(found[0].evidence["offset_s"] + HOUR) < 10.0, found[0].evidence

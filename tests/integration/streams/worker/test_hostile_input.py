@@ -15,6 +15,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
+from kafka_reads import read_until
+
 from trainguard.schemas import Codec
 from trainguard.schemas.records import DeadLetter, Heartbeat, Incident, TrainingStep
 from trainguard.schemas.topics import Topics, key_for
@@ -22,21 +24,6 @@ from trainguard.streams import kafka_io
 from trainguard.streams.admin import ensure_topics
 
 Start = Callable[..., subprocess.Popen[str]]
-
-
-def _committed(kafka: str, topics: Topics, logical: str, *, until: Callable[[list], bool],  # type: ignore[type-arg]
-               timeout_s: float = 90.0) -> list:  # type: ignore[type-arg]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        consumer = kafka_io.consumer(kafka_io.as_broker(kafka))
-        try:
-            parts = kafka_io.partitions_for(consumer, topics.name(logical))
-            got = [Codec().decode(m.value) for m in kafka_io.read_to_end(consumer, parts)]
-        finally:
-            consumer.close()
-        if until(got) or time.monotonic() > deadline:
-            return got
-        time.sleep(1.0)
 
 
 def _absurd(now: float) -> list[dict[str, object]]:
@@ -77,10 +64,10 @@ def test_absurd_values_are_dead_lettered_and_a_hang_around_them_is_raised_at_its
         producer.send(topics.for_record(record), key=key_for(record), value=codec.encode(record))
     producer.flush()
     worker = trainguard_proc("worker")
-    letters = _committed(kafka, topics, "dead-letter", until=lambda got: len(got) >= len(absurd))
-    incidents = _committed(kafka, topics, "incidents", until=lambda got: len(got) >= 1)
+    letters = read_until(kafka, topics.name("dead-letter"), until=lambda got: len(got) >= len(absurd))
+    incidents = read_until(kafka, topics.name("incidents"), until=lambda got: len(got) >= 1)
     time.sleep(3)  # anything wrongly raised after the first incident has had time to arrive
-    incidents = _committed(kafka, topics, "incidents", until=lambda got: True)
+    incidents = read_until(kafka, topics.name("incidents"), until=lambda got: True)
     assert worker.poll() is None, process_output(worker)
     reasons = [d.reason for d in letters if isinstance(d, DeadLetter)]
     assert len(reasons) == len(absurd), (reasons, process_output(worker))

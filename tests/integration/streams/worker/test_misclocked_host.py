@@ -21,6 +21,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
+from kafka_reads import read_until
+
 from trainguard.schemas import Codec
 from trainguard.schemas.records import DeadLetter, Heartbeat, Incident, LogEvent, Record, TrainingStep
 from trainguard.schemas.topics import Topics, key_for
@@ -29,21 +31,6 @@ from trainguard.streams.admin import ensure_topics
 
 Start = Callable[..., subprocess.Popen[str]]
 AHEAD = 3000.0  # 50 minutes: Kafka >= 3.6 refuses a CreateTime over an hour ahead itself
-
-
-def _committed(kafka: str, topics: Topics, logical: str, *, until: Callable[[list], bool],  # type: ignore[type-arg]
-               timeout_s: float = 90.0) -> list:  # type: ignore[type-arg]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        consumer = kafka_io.consumer(kafka_io.as_broker(kafka))
-        try:
-            parts = kafka_io.partitions_for(consumer, topics.name(logical))
-            got = [Codec().decode(m.value) for m in kafka_io.read_to_end(consumer, parts)]
-        finally:
-            consumer.close()
-        if until(got) or time.monotonic() > deadline:
-            return got
-        time.sleep(1.0)
 
 
 def test_a_host_far_ahead_moves_no_time_and_the_real_hang_is_raised(
@@ -73,10 +60,10 @@ def test_a_host_far_ahead_moves_no_time_and_the_real_hang_is_raised(
                       timestamp_ms=int(record.ts * 1000))
     producer.flush()
     worker = trainguard_proc("worker")
-    incidents = _committed(kafka, topics, "incidents", until=lambda got: len(got) >= 1)
-    letters = _committed(kafka, topics, "dead-letter", until=lambda got: len(got) >= bad, timeout_s=30)
+    incidents = read_until(kafka, topics.name("incidents"), until=lambda got: len(got) >= 1)
+    letters = read_until(kafka, topics.name("dead-letter"), until=lambda got: len(got) >= bad, timeout_s=30)
     time.sleep(3)
-    incidents = _committed(kafka, topics, "incidents", until=lambda got: True)
+    incidents = read_until(kafka, topics.name("incidents"), until=lambda got: True)
     assert worker.poll() is None, process_output(worker)
     hangs = [(i.kind, i.job, round(i.onset - base, 1)) for i in incidents if isinstance(i, Incident)]
     assert hangs == [("hang", "j", 58.0)], (hangs, process_output(worker))  # the last real step, once

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from kafka.errors import MessageSizeTooLargeError
+from kafka_reads import read_until
 
 from trainguard.schemas import Codec
 from trainguard.schemas.records import (
@@ -40,22 +41,6 @@ def _send(producer, topics: Topics, *records: object) -> None:  # type: ignore[n
     for r in records:
         producer.send(topics.for_record(r), key=key_for(r), value=codec.encode(r))  # type: ignore[arg-type]
     producer.flush()
-
-
-def _committed(kafka: str, topics: Topics, logical: str, *, until: Callable[[list], bool],  # type: ignore[type-arg]
-               timeout_s: float = 60.0) -> list:  # type: ignore[type-arg]
-    """Every committed record of a topic, re-read until `until(records)` or the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        consumer = kafka_io.consumer(kafka_io.as_broker(kafka))
-        try:
-            parts = kafka_io.partitions_for(consumer, topics.name(logical))
-            got = [Codec().decode(m.value) for m in kafka_io.read_to_end(consumer, parts)]
-        finally:
-            consumer.close()
-        if until(got) or time.monotonic() > deadline:
-            return got
-        time.sleep(1.0)
 
 
 def _caught_up(kafka: str, group: str, topic: str, timeout_s: float = 30.0) -> bool:
@@ -101,8 +86,8 @@ def test_backlog_oversized_and_future_dated_input_then_sigkill_keeps_one_inciden
     _send(producer, topics, Heartbeat(ts=now - 100, job="j", rank=0, node="n0"),
           Heartbeat(ts=now + 86400, job="j", rank=0, node="n0"), *_steps("j", now - 99, 30, nan_at=5))
     worker = trainguard_proc("worker")
-    letters = _committed(kafka, topics, "dead-letter", until=lambda got: len(got) >= 4)
-    incidents = _committed(kafka, topics, "incidents", until=lambda got: len(got) >= 1)
+    letters = read_until(kafka, topics.name("dead-letter"), until=lambda got: len(got) >= 4)
+    incidents = read_until(kafka, topics.name("incidents"), until=lambda got: len(got) >= 1)
     assert incidents and [i.kind for i in incidents] == ["nan"], process_output(worker)
     sizes = sorted(d.original_size for d in letters if isinstance(d, DeadLetter) and d.truncated)
     assert sizes == [700_000, (1 << 20) + 1, 5_000_000]
@@ -113,8 +98,8 @@ def test_backlog_oversized_and_future_dated_input_then_sigkill_keeps_one_inciden
     worker.wait()
     _send(producer, topics, *_steps("j", now - 69, 30, nan_at=3))
     again = trainguard_proc("worker")
-    _committed(kafka, topics, "incidents", until=lambda got: len(got) > 1, timeout_s=15)
-    final = _committed(kafka, topics, "incidents", until=lambda got: True)
+    read_until(kafka, topics.name("incidents"), until=lambda got: len(got) > 1, timeout_s=15)
+    final = read_until(kafka, topics.name("incidents"), until=lambda got: True)
     assert _caught_up(kafka, f"w-{topic_prefix}.detect", topics.name("training")), process_output(again)
     assert [i.id for i in final] == [incidents[0].id], process_output(again)
     producer.close()
@@ -131,7 +116,7 @@ def test_a_jobless_daemonset_sample_becomes_an_incident_of_the_nodes_job(
     time.sleep(2)  # the topology on its own partition first, as a job's launch precedes its faults
     _send(producer, topics, NodeGpuSample(ts=now + 1, node="gpu-b", gpus=[GpuStats(index=0)]),
           NodeGpuSample(ts=now + 2, node="gpu-b", gpus=[GpuStats(index=0)], xids=[XidEvent(gpu=0, code=79, ts=now + 2)]))
-    incidents = _committed(kafka, topics, "incidents", until=lambda got: len(got) >= 1)
+    incidents = read_until(kafka, topics.name("incidents"), until=lambda got: len(got) >= 1)
     assert [(i.kind, i.job, i.nodes) for i in incidents if isinstance(i, Incident)] == [("hw_fault", "llm", ["gpu-b"])], \
         process_output(worker)
     producer.close()
