@@ -165,3 +165,23 @@ class ListSink:
     def of(self, kind: type) -> list:  # type: ignore[type-arg]
         with self._lock:
             return [r for r in self.records if isinstance(r, kind)]
+
+
+def quiet_variants(detector: type[Any]) -> tuple[type[Any], type[Any]]:
+    """Two variants of a detector class with a one-pass `_quiet(record)` path for samples that find nothing:
+    one that counts how often that path answered (`.quiet`), and one without it (every record takes the
+    full path). Equivalence tests feed both the same stream and compare what they find and keep."""
+
+    class Counting(detector):  # type: ignore[misc, valid-type]
+        quiet = 0
+
+        def _quiet(self, record: Any) -> bool:
+            answer = bool(super()._quiet(record))
+            self.quiet += answer
+            return answer
+
+    class FullPath(detector):  # type: ignore[misc, valid-type]
+        def _quiet(self, record: Any) -> bool:
+            return False
+
+    return Counting, FullPath

@@ -13,23 +13,12 @@ import pickle
 import random
 
 import msgspec
+from fakes import quiet_variants
 
 from trainguard.detectors.hardware import HardwareDetector
 from trainguard.schemas.records import GpuStats, NodeGpuSample, XidEvent
 
-
-class _GpuByGpu(HardwareDetector):
-    def _quiet(self, record: NodeGpuSample) -> bool:
-        return False
-
-
-class _Counting(HardwareDetector):
-    quiet = 0
-
-    def _quiet(self, record: NodeGpuSample) -> bool:
-        answer = super()._quiet(record)
-        self.quiet += answer
-        return answer
+_Counting, _GpuByGpu = quiet_variants(HardwareDetector)
 
 
 def _state(d: HardwareDetector) -> bytes:

@@ -13,23 +13,12 @@ import pickle
 import random
 
 import msgspec
+from fakes import quiet_variants
 
 from trainguard.detectors.network import NetworkDetector
 from trainguard.schemas.records import RdmaPort, RdmaSample
 
-
-class _PortByPort(NetworkDetector):
-    def _quiet(self, sample: RdmaSample) -> bool:
-        return False
-
-
-class _Counting(NetworkDetector):
-    quiet = 0
-
-    def _quiet(self, sample: RdmaSample) -> bool:
-        answer = super()._quiet(sample)
-        self.quiet += answer
-        return answer
+_Counting, _PortByPort = quiet_variants(NetworkDetector)
 
 
 def _state(d: NetworkDetector) -> bytes:
