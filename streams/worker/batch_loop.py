@@ -302,7 +302,7 @@ class BatchLoop:
         for task in dirty:
             started = time.process_time()
             blob = snapshot.dump(snapshot.Snapshot(task.processor.pipeline, dict(task.clock.parts),
-                                                   list(task.processor.buffer), skew=task.processor.skew))
+                                                   task.processor.buffer.entries(), skew=task.processor.skew))
             cost += time.process_time() - started
             for key, value in snapshot.pieces(task.key(self.group_id), blob):  # split when big
                 await producer.send(self.topics.name("worker-state"), value, key=key)

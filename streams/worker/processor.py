@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import heapq
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -28,14 +27,17 @@ from typing import Any, Protocol
 import msgspec
 
 from trainguard.detectors.pipeline import DetectionPipeline
-from trainguard.schemas.codec import Codec, DecodeError
+from trainguard.schemas.codec import RECORD_TYPES, Codec, DecodeError, record_tag
 from trainguard.schemas.records import Anomaly, DeadLetter, Incident, Record
 from trainguard.schemas.signing import Signer
 from trainguard.schemas.topics import INTERNAL_RECORDS, NODE_TOPICS, TOPIC_RECORDS, Topics, key_for, tag_of
+from trainguard.streams.worker.event_buffer import EventBuffer
 from trainguard.streams.worker.skew import ClockSkewEstimator, skew_anomaly
 from trainguard.streams.worker.watermark import EventClock
 
-_ALLOWED = {**TOPIC_RECORDS, **INTERNAL_RECORDS}
+# The record classes each topic may carry: a set lookup of the class per record (the hot path), not its tag.
+_ALLOWED = {topic: frozenset(cls for cls in RECORD_TYPES if record_tag(cls) in tags)
+            for topic, tags in {**TOPIC_RECORDS, **INTERNAL_RECORDS}.items()}
 
 
 @dataclass
@@ -132,8 +134,7 @@ class MessageProcessor:
         self.stats = stats or ProcessorStats()
         self.routing = routing
         self._logical: dict[str, str] = {}  # physical -> logical topic name, cached (hot path)
-        self.buffer: list[tuple[float, int, Record]] = []  # accepted, newer than the watermark (a heap)
-        self._seq = 0
+        self.buffer = EventBuffer()  # accepted, newer than the watermark
         self._node_events = topics.name("node-events")
         self._node_jobs = topics.name("node-jobs")
 
@@ -141,6 +142,8 @@ class MessageProcessor:
         """Handle one fetch of several partitions under the guarded event clock."""
         out: list[OutMessage] = []
         stats = self.stats
+        batch: list[tuple[float, Record]] = []  # accepted in this fetch, in arrival order
+        accepted = batch.append
         for tp, messages in fetched.items():
             if not messages:
                 continue
@@ -149,7 +152,6 @@ class MessageProcessor:
             stats.by_topic[logical] = stats.by_topic.get(logical, 0) + len(messages)
             admit = clock.admit
             clock.touch(tp)
-            heap, push = self.buffer, heapq.heappush
             routed = self.routing is not None and logical in NODE_TOPICS
             for message in messages:
                 try:
@@ -170,15 +172,14 @@ class MessageProcessor:
                     self._judge_clock(record, ts, message.timestamp / 1000.0, out)
                 verdict = admit(tp, ts, message.timestamp / 1000.0, message, getattr(record, "node", None) or None)
                 if verdict is None:
-                    self._seq += 1
-                    push(heap, (ts, self._seq, record))
+                    accepted((ts, record))
                     continue
                 for held_ts, held in verdict.accept:  # released or confirmed: decode once more (rare)
-                    self._seq += 1
-                    push(heap, (held_ts, self._seq, record if held is message else self._redecode(held)))
+                    accepted((held_ts, record if held is message else self._redecode(held)))
                 for held, reason in verdict.reject:
                     out.append(self._dead_letter(held, reason))
         pipeline = self.pipeline
+        self.buffer.add(batch)
         out.extend(self._release(clock.watermark()))
         if pipeline.nodes.changes:
             out.extend(OutMessage(self._node_jobs, node.encode(), job.encode()) for node, job in pipeline.nodes.drain())
@@ -207,11 +208,11 @@ class MessageProcessor:
         group does the same).
         """
         out: list[OutMessage] = []
-        pipeline, heap, pop = self.pipeline, self.buffer, heapq.heappop
+        pipeline = self.pipeline
         pipeline.time_limit = limit
         process = pipeline.process
-        while heap and heap[0][0] <= limit:
-            anomalies, incidents = process(pop(heap)[2])
+        for record in self.buffer.release(limit):
+            anomalies, incidents = process(record)
             if anomalies:
                 out.extend(self._outputs(anomalies, incidents))
         if limit > pipeline.watermark and limit != float("inf"):
@@ -273,7 +274,7 @@ class MessageProcessor:
             raise DecodeError("empty message (tombstone)")
         record: Record = self.codec.decode(message.value)
         allowed = _ALLOWED.get(logical)
-        if allowed is not None and tag_of(record) not in allowed:
+        if allowed is not None and record.__class__ not in allowed:
             raise DecodeError(f"record type {tag_of(record)!r} does not belong on topic {logical!r}", "type")
         return record
 

@@ -29,6 +29,7 @@ from trainguard.schemas import node_jobs
 from trainguard.schemas.signing import Signer
 from trainguard.schemas.topics import Topics
 from trainguard.streams import kafka_io
+from trainguard.streams.worker.event_buffer import EventBuffer
 from trainguard.streams.worker.processor import MessageProcessor, ProcessorStats, Routing
 from trainguard.streams.worker.skew import ClockSkewEstimator
 from trainguard.streams.worker.snapshot import Snapshot, assemble, owner_of
@@ -87,8 +88,7 @@ class TaskFactory:
         processor = MessageProcessor(pipeline, self.topics, stats=self.stats, routing=routing, signer=self.signer,
                                      skew=self._skew(snapshot))
         if snapshot is not None:
-            processor.buffer = list(snapshot.buffer)
-            processor._seq = max((seq for _, seq, _ in snapshot.buffer), default=0)  # noqa: SLF001
+            processor.buffer = EventBuffer(snapshot.buffer)
         return Task(number, processor, clock)
 
     def _skew(self, snapshot: Snapshot | None) -> ClockSkewEstimator | None:

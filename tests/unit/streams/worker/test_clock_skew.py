@@ -188,7 +188,7 @@ def test_a_restored_task_keeps_its_verdicts_and_reports_no_host_twice() -> None:
         task.clock.assign(tp)
     assert skews(task, fetches[:200]) == ["skewed"]
     blob = snapshot.dump(snapshot.Snapshot(task.processor.pipeline, dict(task.clock.parts),
-                                           list(task.processor.buffer), skew=task.processor.skew))
+                                           task.processor.buffer.entries(), skew=task.processor.skew))
     restored = factory.build(0, snapshot.load(blob))
     assert restored.processor.skew is not None and abs((restored.processor.skew.offset("bad") or 0) - DAY) < 5
     assert skews(restored, fetches[200:]) == []  # still skewed, already said

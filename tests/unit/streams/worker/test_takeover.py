@@ -22,6 +22,7 @@ from trainguard.detectors.settings import DetectorSettings
 from trainguard.schemas import Codec
 from trainguard.schemas.records import GpuStats, LogEvent, NodeGpuSample, Record, TrainingStep
 from trainguard.schemas.topics import Topics
+from trainguard.streams.worker.event_buffer import EventBuffer
 from trainguard.streams.worker.processor import MessageProcessor, OutMessage, RawMessage
 from trainguard.streams.worker.snapshot import Snapshot, dump, load
 from trainguard.streams.worker.watermark import EventClock
@@ -81,7 +82,7 @@ def _old_owner(wall: Wall) -> bytes:
         assert not any(m.topic.endswith("anomalies") for m in _fetch(processor, clock, wall, tp, batch, True))
     wall.now += 30.0  # every partition caught up and idle in the dead process's clock
     processor.advance_to(clock)
-    return dump(Snapshot(pipeline, dict(clock.parts), list(processor.buffer)))
+    return dump(Snapshot(pipeline, dict(clock.parts), processor.buffer.entries()))
 
 
 @pytest.mark.parametrize(("old_wall", "new_wall"), [(50.0, 9e6), (9e6, 50.0)], ids=["new-host-ahead", "new-host-behind"])
@@ -96,7 +97,7 @@ def test_a_takeover_with_backlogs_raises_no_hang_in_any_order_of_first_fetches(
         clock.assign(tp, part)
         assert not part.known and not part.caught_up  # nothing of the dead process's fetches survives
     processor = MessageProcessor(snap.pipeline, TOPICS)
-    processor.buffer = list(snap.buffer)
+    processor.buffer = EventBuffer(snap.buffer)
     backlog = _messages(_stream(T0 + 200, T0 + 400), first_offset=1000)
     backlog[("logs", 0)] = backlog[("logs", 0)][:1]
     assert sorted(len(b) for b in backlog.values()) == [1, 40, 100]
