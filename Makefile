@@ -18,7 +18,7 @@ $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 
 $(STAMP): pyproject.toml $(PY)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[train,test,lab,lightning,huggingface]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[train,test,lab,lightning,huggingface,bench]'
 	if [ -d tests/plugins/sample_detector ]; then $(PY) -m pip install -q --disable-pip-version-check -e tests/plugins/sample_detector; fi
 	touch $(STAMP)
 

@@ -1,6 +1,12 @@
 """The live pipeline: one real worker process, the real local broker, the default detectors.
 
-1. **Throughput.** Pre-load the input topics with N realistic events of a
+1. **The floors.** Read the same backlog, from the same broker, three ways
+   that do nothing but what every consumer must: decode only (the values
+   already in memory, our codec), aiokafka's consumer + decode (the client
+   the worker runs), and confluent-kafka's (librdkafka) + decode, when the
+   `bench` extra is installed. Each is events per CPU-second of this process
+   (librdkafka's threads included).
+2. **Throughput.** Pre-load the input topics with N realistic events of a
    fleet (an 8-GPU sample per node per second, a step per rank every
    `step_s`, a heartbeat per rank every 5 s), then start one worker and time
    how fast it drains them: progress is the worker group's committed input
@@ -8,7 +14,8 @@
    commit to the one that covers the backlog (so Faust's start-up is not
    counted, and the worker pays no /metrics scrapes, which at a scrape per
    0.1 s under-reported it by 7-25% when state sizes were walked per scrape).
-2. **Latency.** Start a fresh worker, produce the same mix at 50% of the
+   It is printed next to the floors, as a ratio of each, with the load.
+3. **Latency.** Start a fresh worker, produce the same mix at 50% of the
    measured rate, and every 0.25 s inject a NaN step (for a job of its own)
    whose `ts` is its send time; the event-to-anomaly latency is when the
    anomaly arrives on the anomalies topic minus that `ts`.
@@ -33,10 +40,12 @@ import urllib.request
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition as AioPartition
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from benchmarks.bench_codec import sample
@@ -44,7 +53,7 @@ from trainguard.schemas.codec import Codec
 from trainguard.schemas.records import Heartbeat, NodeGpuSample, RdmaPort, RdmaSample, Record, TrainingStep, XidEvent
 from trainguard.schemas.topics import Topics, key_for
 from trainguard.settings import load_settings
-from trainguard.streams.admin import ensure_topics
+from trainguard.streams.admin import BrokerUnreachable, ensure_topics, require_broker
 
 RANKS_PER_NODE = 8
 HEARTBEAT_S = 5
@@ -184,22 +193,46 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_throughput(servers: str, workdir: Path, nodes: int, count: int,
+@dataclass(frozen=True)
+class Backlog:
+    """Events pre-loaded on fresh topics of their own prefix."""
+
+    prefix: str
+    events: int
+    topics: Topics
+    partitions: int  # of each topic
+
+    @property
+    def names(self) -> list[str]:
+        """The topics the backlog lies on (the fleet mix has GPU samples, steps and heartbeats)."""
+        return [self.topics.name("gpu"), self.topics.name("training")]
+
+    def parts(self) -> list[tuple[str, int]]:
+        """Every (topic, partition) of the backlog."""
+        return [(t, p) for t in self.names for p in range(self.partitions)]
+
+
+def load_backlog(servers: str, nodes: int, count: int) -> Backlog:
+    """Fresh topics, pre-loaded with about `count` events of a `nodes`-node fleet."""
+    prefix = f"bench{uuid.uuid4().hex[:6]}."
+    topics, partitions = Topics(prefix), load_settings().topics.partitions
+    ensure_topics(servers, topics.all(), partitions=partitions, replication=1)
+    total = preload(servers, topics, nodes, count)
+    print(f"  pre-loaded {total:,} events ({nodes} nodes x {total // max(1, int(nodes * events_per_node_s()))} s)")
+    return Backlog(prefix, total, topics, partitions)
+
+
+def measure_throughput(servers: str, workdir: Path, backlog: Backlog,
                        *, exactly_once: bool = True) -> tuple[float, float]:
     """(events per wall second, events per worker CPU second) draining a pre-loaded backlog.
 
     On a shared machine the worker does not get a whole core; events per CPU
     second is what it would sustain on a dedicated one.
     """
-    prefix = f"bench{uuid.uuid4().hex[:6]}."
-    topics = Topics(prefix)
-    ensure_topics(servers, topics.all(), partitions=load_settings().topics.partitions, replication=1)
-    total = preload(servers, topics, nodes, count)
-    print(f"  pre-loaded {total:,} events ({nodes} nodes x {total // max(1, int(nodes * events_per_node_s()))} s)")
-    # the batch loop's group (streams/worker/factory.py); the backlog lies on the gpu and training topics
-    progress = CommittedProgress(servers, f"bench-{prefix}.detect", [topics.name("gpu"), topics.name("training")])
+    # the batch loop's group (streams/worker/factory.py)
+    progress = CommittedProgress(servers, f"bench-{backlog.prefix}.detect", backlog.names)
     try:
-        with worker(servers, prefix, workdir, exactly_once=exactly_once) as (_port, pid):
+        with worker(servers, backlog.prefix, workdir, exactly_once=exactly_once) as (_port, pid):
             first: tuple[float, float, int] | None = None
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
@@ -215,6 +248,89 @@ def measure_throughput(servers: str, workdir: Path, nodes: int, count: int,
     finally:
         progress.close()
     raise RuntimeError("the worker did not drain the backlog within 10 minutes")
+
+
+# The worker's fetch sizes (streams/worker/batch_loop.py), so every floor reads in batches as large.
+PARTITION_FETCH_BYTES, FETCH_BYTES, MAX_RECORDS = 8 << 20, 64 << 20, 5000
+
+
+def measure_floors(servers: str, backlog: Backlog) -> dict[str, float | None]:
+    """Events per CPU-second of reading the backlog and decoding it, and nothing else, three ways.
+
+    None for confluent-kafka when it is not installed (`pip install 'trainguard[bench]'`).
+    """
+    values = asyncio.run(_aiokafka_read(servers, backlog, keep=True))[1]
+    return {"decode only": _decode_only(values),
+            "confluent-kafka + decode": _confluent_read(servers, backlog),
+            "aiokafka + decode": asyncio.run(_aiokafka_read(servers, backlog))[0]}
+
+
+def _decode_only(values: list[bytes]) -> float:
+    decode = Codec().decode
+    started = time.process_time()
+    for value in values:
+        decode(value)
+    return len(values) / max(1e-9, time.process_time() - started)
+
+
+async def _aiokafka_read(servers: str, backlog: Backlog, *, keep: bool = False) -> tuple[float, list[bytes]]:
+    """Read the whole backlog with aiokafka (no group), decoding every value: (events per CPU-s, values kept)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
+                                max_partition_fetch_bytes=PARTITION_FETCH_BYTES, fetch_max_bytes=FETCH_BYTES)
+    await consumer.start()
+    kept: list[bytes] = []
+    try:
+        consumer.assign([AioPartition(t, p) for t, p in backlog.parts()])
+        await consumer.seek_to_beginning()
+        decode, seen, started = Codec().decode, 0, time.process_time()
+        while seen < backlog.events:
+            for records in (await consumer.getmany(timeout_ms=500, max_records=MAX_RECORDS)).values():
+                for record in records:
+                    if keep:
+                        kept.append(record.value)
+                    else:
+                        decode(record.value)
+                seen += len(records)
+        return seen / max(1e-9, time.process_time() - started), kept
+    finally:
+        await consumer.stop()
+
+
+def _confluent_read(servers: str, backlog: Backlog) -> float | None:
+    """Read the whole backlog with confluent-kafka (librdkafka), decoding every value; None if not installed."""
+    try:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer
+        from confluent_kafka import TopicPartition as CkPartition
+    except ImportError:
+        return None
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"floor-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
+                         "fetch.max.bytes": FETCH_BYTES})
+    try:
+        started = time.process_time()  # from the assignment: librdkafka's threads fetch from then on
+        consumer.assign([CkPartition(t, p, OFFSET_BEGINNING) for t, p in backlog.parts()])
+        decode, seen = Codec().decode, 0
+        while seen < backlog.events:
+            for message in consumer.consume(num_messages=MAX_RECORDS, timeout=0.5):
+                if message.error() is None:
+                    decode(message.value() or b"")
+                    seen += 1
+        return seen / max(1e-9, time.process_time() - started)
+    finally:
+        consumer.close()
+
+
+def print_side_by_side(backlog: Backlog, nodes: int, floors: dict[str, float | None], worker_rate: float,
+                       label: str = "worker, exactly-once") -> None:
+    """The floors and the worker, events per CPU-second, with the worker's ratio to each."""
+    print(f"events per CPU-second on one backlog of {backlog.events:,} events ({nodes} nodes; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores):")
+    for name, rate in floors.items():
+        if rate is None:
+            print(f"  {name:28s}  (not installed: pip install 'trainguard[bench]')")
+        else:
+            print(f"  {name:28s} {rate:>9,.0f}   the worker is {worker_rate / rate:.2f}x this floor")
+    print(f"  {label:28s} {worker_rate:>9,.0f}")
 
 
 def measure_latency(servers: str, workdir: Path, rate: float, seconds: float) -> dict[str, list[float]]:
@@ -312,15 +428,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "and print the ratio")
     parser.add_argument("--latency-rate", type=float, help="skip the throughput run; measure latency at this events/s")
     args = parser.parse_args(argv)
-    servers = load_settings().broker.servers
+    settings = load_settings()
+    try:
+        require_broker(settings)
+    except BrokerUnreachable as exc:
+        print(f"bench_pipeline: {exc} (start it with `trainguard broker start`)", file=sys.stderr)
+        return 2
+    servers = settings.broker.servers
     with tempfile.TemporaryDirectory(prefix="tg-bench-") as tmp:
         if args.latency_rate:
             lat = measure_latency(servers, Path(tmp), args.latency_rate, args.latency_s)
             _print_latency(lat)
             return 0
-        rate, per_cpu_s = measure_throughput(servers, Path(tmp), args.nodes, args.events)
+        backlog = load_backlog(servers, args.nodes, args.events)
+        floors = measure_floors(servers, backlog)
+        rate, per_cpu_s = measure_throughput(servers, Path(tmp), backlog)
+        print_side_by_side(backlog, args.nodes, floors, per_cpu_s)
         if args.compare_exactly_once:
-            _rate0, per_cpu_0 = measure_throughput(servers, Path(tmp), args.nodes, args.events, exactly_once=False)
+            again = load_backlog(servers, args.nodes, args.events)
+            _rate0, per_cpu_0 = measure_throughput(servers, Path(tmp), again, exactly_once=False)
             print(f"exactly-once (transactions + snapshots): {per_cpu_s:,.0f} events/CPU-s; at-least-once baseline "
                   f"{per_cpu_0:,.0f} events/CPU-s; ratio {per_cpu_s / max(per_cpu_0, 1.0):.2f}")
         per_node = events_per_node_s()
