@@ -163,7 +163,9 @@ class HangDetector(Detector):
             job = self._jobs[name]
             if any(g.util_pct >= BUSY_UTIL_PCT for g in record.gpus):
                 job.alive_ts = max(job.alive_ts, record.ts)
-            self._busy[record.node] = min(g.util_pct for g in record.gpus) >= SPIN_UTIL_PCT
+            busy = min(g.util_pct for g in record.gpus) >= SPIN_UTIL_PCT
+            if self._busy.get(record.node) is not busy:  # stored only when it changes (a known node keeps its place)
+                self._busy[record.node] = busy
             self._spin(job, record.node, record.ts)
 
     @on(PhaseChange)

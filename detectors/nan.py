@@ -92,7 +92,8 @@ class NanDetector(Detector):
         ranks = self._world.get(record.job)
         if ranks is None:
             self._world[record.job] = ranks = rank_map()
-        ranks[record.rank] = None
+        if record.rank not in ranks:  # a known rank keeps its place: no store (the hot path)
+            ranks[record.rank] = None
         if record.attempt > self._attempts.get(record.job, -1):
             self._attempts[record.job] = record.attempt
         self._note(record)
