@@ -26,6 +26,7 @@ from trainguard.schemas.action_params import NoParams, Removal, Replay, Restart,
 from trainguard.schemas.bounded import Bounded
 from trainguard.schemas.ids import anomaly_id
 from trainguard.schemas.kinds import SICK_NODE_KINDS
+from trainguard.schemas.names import bad_name
 from trainguard.schemas.plan import CulpritsOf, PlannedAction, ReplayCulprit, StepCondition, StepRef
 from trainguard.schemas.records import Decision, Incident, JobTopology
 
@@ -287,6 +288,8 @@ class DecisionEngine:
             record = msgspec.convert({**carried, "ts": inc.ts, "job": inc.job}, JobTopology, strict=False)
         except msgspec.ValidationError:
             return None  # malformed evidence: decide as if no topology were known
+        if bad_name(record) is not None:
+            return None  # a node name with a control or bidirectional character: as malformed
         return Topology.from_record(record)
 
     def _evict_and_restart(self, inc: Incident, nodes: list[str], *, when: StepCondition | None = None,

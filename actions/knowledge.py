@@ -30,6 +30,7 @@ from trainguard.actions.ettr import EttrAccount
 from trainguard.actions.journal import Journal
 from trainguard.actions.restore import JOURNALED
 from trainguard.schemas.bounded import Bounded
+from trainguard.schemas.names import bad_name
 from trainguard.schemas.records import CheckpointEvent, JobTopology
 
 _CKPT = "ckpt:"
@@ -58,6 +59,8 @@ class JobKnowledge:
             self.checkpoints.restore(job, state)
         for job, state in self.journal.states(_TOPO).items():
             record = msgspec.convert(state, JobTopology, strict=False)
+            if bad_name(record) is not None:
+                continue  # only a forged journal entry holds such a name: act stored validated records
             self.engine.observe_topology(record)
             self._topo_seen[job] = msgspec.json.encode(state)
         self.engine.restore(self.journal.get_state(_ENGINE))

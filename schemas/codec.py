@@ -14,6 +14,7 @@ from typing import Any, Union
 
 import msgspec
 
+from trainguard.schemas.names import bad_name, may_hold_bad_names, problem
 from trainguard.schemas.records import (
     SCHEMA_VERSION,
     ActionCommand,
@@ -144,11 +145,13 @@ class Codec:
         try:
             record = decoder.decode(data)
         except msgspec.ValidationError as exc:
-            raise DecodeError(_readable(str(exc)), _field_of(str(exc))) from None
+            raise DecodeError(str(exc), _field_of(str(exc))) from None
         except msgspec.DecodeError as exc:
             raise DecodeError(f"malformed JSON: {exc}") from None
         except UnicodeDecodeError as exc:
             raise DecodeError(f"payload is not UTF-8: {exc.reason}") from None
+        if may_hold_bad_names(data):  # the compact ASCII collectors write cannot: no walk (the hot path)
+            _good_names(record)
         return _supported(record)
 
     def to_builtins(self, record: Record) -> dict[str, Any]:
@@ -161,7 +164,8 @@ class Codec:
         try:
             record = msgspec.convert(value, AnyRecord if expect is None else expect)
         except msgspec.ValidationError as exc:
-            raise DecodeError(_readable(str(exc)), _field_of(str(exc))) from None
+            raise DecodeError(str(exc), _field_of(str(exc))) from None
+        _good_names(record)
         return _supported(record)
 
     def _typed_decoder(self, cls: type[Record]) -> msgspec.json.Decoder[Any]:
@@ -169,6 +173,13 @@ class Codec:
         if decoder is None:
             decoder = self._typed[cls] = msgspec.json.Decoder(cls)
         return decoder
+
+
+def _good_names(record: Any) -> None:
+    """Refuse a record whose names hold a control or bidirectional character, naming the field."""
+    where = bad_name(record)
+    if where is not None:
+        raise DecodeError(problem(where), where)
 
 
 def _supported(record: Any) -> Any:
@@ -179,14 +190,6 @@ def _supported(record: Any) -> Any:
             "schema_version",
         )
     return record
-
-
-def _readable(message: str) -> str:
-    """msgspec's reason, with the name pattern's regex said in words (an operator reads it in the DLQ)."""
-    if "matching regex" not in message:
-        return message
-    where = message[message.find(" - at "):] if " - at " in message else ""
-    return f"a name with a control or bidirectional character{where}"
 
 
 def _field_of(message: str) -> str:

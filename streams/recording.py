@@ -26,6 +26,7 @@ import msgspec
 
 from trainguard.schemas.codec import RECORD_TYPES, AnyRecord, Codec, DecodeError, record_tag, wire
 from trainguard.schemas.kafka_config import BrokerSettings
+from trainguard.schemas.names import bad_name, may_hold_bad_names, problem
 from trainguard.schemas.records import SCHEMA_VERSION, Record
 from trainguard.schemas.topics import INPUT_TOPICS, TOPIC_OF_TAG, Topics, key_for, tag_of
 
@@ -67,6 +68,9 @@ def parse_line(line: bytes | str, path: str = "<recording>", lineno: int = 0) ->
     except msgspec.DecodeError as exc:
         raise RecordingError(path, lineno, f"malformed JSON: {exc}") from None
     value: Record = event.value
+    where = bad_name(value) if may_hold_bad_names(line) else None
+    if where is not None:
+        raise RecordingError(path, lineno, f"invalid event: {problem('value.' + where)}")
     if value.schema_version != SCHEMA_VERSION:
         raise RecordingError(path, lineno, f"unsupported schema_version {value.schema_version}")
     if _TOPIC_OF_TYPE[type(value)] != event.topic:
