@@ -161,9 +161,16 @@ class HangDetector(Detector):
             # Busy GPUs mean live processes (a hung collective spins at full utilisation); idle GPUs
             # after a crash must not keep a dead job "alive".
             job = self._jobs[name]
-            if any(g.util_pct >= BUSY_UTIL_PCT for g in record.gpus):
+            alive, lowest = False, record.gpus[0].util_pct  # any GPU busy; the least busy (as min() finds it)
+            for g in record.gpus:
+                util = g.util_pct
+                if util >= BUSY_UTIL_PCT:
+                    alive = True
+                if util < lowest:
+                    lowest = util
+            if alive:
                 job.alive_ts = max(job.alive_ts, record.ts)
-            busy = min(g.util_pct for g in record.gpus) >= SPIN_UTIL_PCT
+            busy = lowest >= SPIN_UTIL_PCT
             if self._busy.get(record.node) is not busy:  # stored only when it changes (a known node keeps its place)
                 self._busy[record.node] = busy
             self._spin(job, record.node, record.ts)

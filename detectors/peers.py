@@ -187,24 +187,32 @@ class GpuSlowSignals:
         self._clock: Bounded[str, tuple[float, float]] = Bounded(max_nodes)  # node -> (ts, lowest busy clock ratio)
 
     def add(self, sample: NodeGpuSample) -> None:
-        """Remember (or forget) one node's slow-GPU evidence; unobserved changes nothing."""
+        """Remember (or forget) one node's slow-GPU evidence; unobserved changes nothing.
+
+        One pass over the GPUs (every node's sample comes through here once a second).
+        """
         if not sample.nvml_ok:
             return
+        node, busy_pct, clock_ratio = sample.node, self.busy_pct, self.clock_ratio
+        lowest: float | None = None  # the lowest clock ratio of a busy GPU
         found: dict[str, Any] = {}
-        ratios = [g.sm_clock_mhz / g.max_sm_clock_mhz for g in sample.gpus
-                  if g.max_sm_clock_mhz > 0 and g.util_pct >= self.busy_pct]
-        if ratios:
-            self._clock[sample.node] = (sample.ts, min(ratios))
         for g in sample.gpus:
+            top = g.max_sm_clock_mhz
+            busy = top > 0 and g.util_pct >= busy_pct
+            if busy:
+                ratio = g.sm_clock_mhz / top
+                if lowest is None or ratio < lowest:
+                    lowest = ratio
             if g.throttle_reasons & SLOW_THROTTLE_BITS:
-                found[f"{sample.node}:{g.index}"] = {"throttle_reasons": g.throttle_reasons, "temp_c": g.temp_c}
-            elif g.max_sm_clock_mhz > 0 and g.util_pct >= self.busy_pct and \
-                    g.sm_clock_mhz < self.clock_ratio * g.max_sm_clock_mhz:
-                found[f"{sample.node}:{g.index}"] = {"sm_clock_mhz": g.sm_clock_mhz, "max": g.max_sm_clock_mhz}
+                found[f"{node}:{g.index}"] = {"throttle_reasons": g.throttle_reasons, "temp_c": g.temp_c}
+            elif busy and g.sm_clock_mhz < clock_ratio * top:
+                found[f"{node}:{g.index}"] = {"sm_clock_mhz": g.sm_clock_mhz, "max": top}
+        if lowest is not None:
+            self._clock[node] = (sample.ts, lowest)
         if found:
-            self._slow[sample.node] = (sample.ts, found)
-        elif sample.node in self._slow:
-            del self._slow[sample.node]
+            self._slow[node] = (sample.ts, found)
+        elif node in self._slow:
+            del self._slow[node]
 
     def slow_nodes(self, nodes: list[str], ts: float) -> list[str]:
         """Those of `nodes` with recent slow-GPU evidence, or clocks well below their peers'.
