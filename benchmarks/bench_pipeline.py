@@ -283,7 +283,9 @@ async def _aiokafka_read(servers: str, backlog: Backlog, *, keep: bool = False) 
         consumer.assign([AioPartition(t, p) for t, p in backlog.parts()])
         await consumer.seek_to_beginning()
         decode, seen, started = Codec().decode, 0, time.process_time()
+        deadline = time.monotonic() + FLOOR_TIMEOUT_S
         while seen < backlog.events:
+            _before(deadline, seen, backlog)
             for records in (await consumer.getmany(timeout_ms=500, max_records=MAX_RECORDS)).values():
                 for record in records:
                     if keep:
@@ -309,8 +311,9 @@ def _confluent_read(servers: str, backlog: Backlog) -> float | None:
     try:
         started = time.process_time()  # from the assignment: librdkafka's threads fetch from then on
         consumer.assign([CkPartition(t, p, OFFSET_BEGINNING) for t, p in backlog.parts()])
-        decode, seen = Codec().decode, 0
+        decode, seen, deadline = Codec().decode, 0, time.monotonic() + FLOOR_TIMEOUT_S
         while seen < backlog.events:
+            _before(deadline, seen, backlog)
             for message in consumer.consume(num_messages=MAX_RECORDS, timeout=0.5):
                 if message.error() is None:
                     decode(message.value() or b"")
@@ -318,6 +321,15 @@ def _confluent_read(servers: str, backlog: Backlog) -> float | None:
         return seen / max(1e-9, time.process_time() - started)
     finally:
         consumer.close()
+
+
+FLOOR_TIMEOUT_S = 300.0  # a floor that has not read the whole backlog by then never will
+
+
+def _before(deadline: float, seen: int, backlog: Backlog) -> None:
+    if time.monotonic() > deadline:
+        raise RuntimeError(f"a floor read {seen:,} of the backlog's {backlog.events:,} events "
+                           f"in {FLOOR_TIMEOUT_S:.0f} s")
 
 
 def print_side_by_side(backlog: Backlog, nodes: int, floors: dict[str, float | None], worker_rate: float,
