@@ -67,7 +67,6 @@ _CHECKERS: dict[type, Check] = {}
 def _checker(cls: type) -> Check:
     found = _CHECKERS.get(cls)
     if found is None:
-        _CHECKERS[cls] = lambda v: _CHECKERS[cls](v)  # a struct that holds itself finds its own check
         found = _CHECKERS[cls] = _struct_check(msgspec.inspect.type_info(cls))  # type: ignore[arg-type]
     return found
 
@@ -80,7 +79,7 @@ def _struct_check(info: msgspec.inspect.StructType) -> Check:
         for name, inner in parts:
             where = inner(getattr(value, name))
             if where is not None:
-                return name + where if where.startswith("[") or not where else f"{name}.{where}"
+                return _join(name, where)
         return None
 
     return check
@@ -106,15 +105,14 @@ def _type_check(t: msgspec.inspect.Type) -> Check | None:
 
 def _union(t: msgspec.inspect.UnionType) -> Check | None:
     """A union's check: a struct member's by the value's class, the others' each (they test the value's kind)."""
-    structs = {m.cls: _checker(m.cls) for m in t.types if isinstance(m, msgspec.inspect.StructType)}
+    structs = {m.cls for m in t.types if isinstance(m, msgspec.inspect.StructType)}  # checked when met (late)
     others = [c for m in t.types if not isinstance(m, msgspec.inspect.StructType) and (c := _type_check(m))]
     if not structs and not others:
         return None
 
     def check(value: Any) -> str | None:
-        own = structs.get(type(value))
-        if own is not None:
-            return own(value)
+        if type(value) in structs:
+            return _checker(type(value))(value)
         return next((where for c in others if (where := c(value)) is not None), None)
 
     return check
@@ -128,7 +126,12 @@ def _each(inner: Check | None, entries: Callable[[Any], Any]) -> Check | None:
         for key, item in entries(value):
             where = inner(item)
             if where is not None:
-                return f"[{key}]" + (where if not where or where.startswith("[") else f".{where}")
+                return _join(f"[{key}]", where)
         return None
 
     return check
+
+
+def _join(head: str, where: str) -> str:
+    """`head` and the path below it: `gpus` + `[1].uuid`, `[1]` + `uuid` -> `[1].uuid`, `job` + `` -> `job`."""
+    return head + where if not where or where.startswith("[") else f"{head}.{where}"

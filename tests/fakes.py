@@ -185,3 +185,13 @@ def quiet_variants(detector: type[Any]) -> tuple[type[Any], type[Any]]:
             return False
 
     return Counting, FullPath
+
+
+def same_findings(fast: Any, slow: Any, samples: list[Any], stream: int) -> int:
+    """Feed both variants every sample; each must find what the other finds, sample by sample. The count found."""
+    found = 0
+    for sample in samples:
+        a, b = fast.observe(sample), slow.observe(sample)
+        assert [repr(x) for x in a] == [repr(x) for x in b], (stream, sample.ts)
+        found += len(a)
+    return found

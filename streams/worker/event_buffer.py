@@ -82,10 +82,6 @@ class EventBuffer:
         self._size -= len(due)
         return [record for _, _, record in due]
 
-    def oldest(self) -> float | None:
-        """The earliest waiting event time (None when empty)."""
-        return min((run[0][0] for run in self._runs), default=None)
-
     def entries(self) -> list[Entry]:
         """Every waiting entry in release order (what a snapshot stores)."""
         return self._merged(self._runs) if self._runs else []

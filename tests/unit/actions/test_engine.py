@@ -155,6 +155,17 @@ def test_topology_from_incident_evidence_when_none_announced() -> None:
     assert bad.inputs["topology_known"] is False
 
 
+@pytest.mark.parametrize("node", ["c\x1b[2J", "c\u202e", "c\n"])
+def test_a_carried_topology_with_a_hostile_node_name_is_no_topology(node: str) -> None:
+    """A forged incident's topology naming a node with an escape or a bidi control must not pick what is
+    evicted: it counts as malformed, as the codec would have refused the same name on the wire."""
+    eng = DecisionEngine(CheckpointRegistry())
+    topo = {"world_size": 4, "tp": 1, "dp": 2, "pp": 2, "rank_nodes": {0: "a", 1: "b", 2: node, 3: "d"}}
+    decision = eng.decide(incident("slowdown", ranks=[0, 2], topology=topo))
+    assert decision.inputs["topology_known"] is False
+    assert all(node not in a.nodes for a in decision.plan)
+
+
 def test_plans_refer_to_earlier_steps_through_typed_fields() -> None:
     from trainguard.schemas.plan import CulpritsOf, ReplayCulprit, StepCondition
 

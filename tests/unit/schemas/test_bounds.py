@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trainguard.schemas import Codec, DecodeError
-from trainguard.schemas.records import MAX_NAME_CHARS
+from trainguard.schemas.bounds import MAX_NAME_CHARS
 
 STEP = {"type": "step", "ts": 1.7e9, "job": "llm", "rank": 0, "node": "n0", "step": 1, "loss": 2.0}
 BEAT = {"type": "heartbeat", "ts": 1.7e9, "job": "llm", "rank": 0, "node": "n0"}
