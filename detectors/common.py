@@ -16,6 +16,8 @@ Everything here is pure and picklable.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from operator import attrgetter
 from typing import Any, ClassVar
 
 from trainguard.schemas.bounded import Bounded as Bounded  # re-exported: detectors and older snapshots name it here
@@ -51,6 +53,10 @@ class Snapshottable:
     __slots__ = ()
     transient: ClassVar[tuple[str, ...]] = ()
     _kept: ClassVar[tuple[str, ...]] = ()  # the slots that pickle, in order (derived per class)
+    _has_dict: ClassVar[bool] = False  # instances keep a __dict__ (some class of the MRO declares no slots)
+    # The kept slots' values as one tuple, read in C: a snapshot pickles thousands of these per task, and
+    # a Python loop of getattr per object was most of the snapshot's cost (issue 23).
+    _values: ClassVar[staticmethod[[Any], tuple[Any, ...]]] = staticmethod(lambda _obj: ())
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -59,14 +65,21 @@ class Snapshottable:
             declared = vars(klass).get("__slots__", ())
             slots += [declared] if isinstance(declared, str) else list(declared)
         cls._kept = tuple(s for s in slots if s not in cls.transient and s not in ("__dict__", "__weakref__"))
+        cls._has_dict = "__dict__" in slots or any("__slots__" not in vars(k) for k in cls.__mro__[:-1])
+        cls._values = staticmethod(_tuple_getter(cls._kept))
 
     def __getstate__(self) -> Any:
-        if hasattr(self, "__dict__"):
-            return {k: v for k, v in vars(self).items() if k not in self.transient}
-        return tuple(getattr(self, name) for name in self._kept)
+        if self._has_dict:
+            state = {k: v for k, v in vars(self).items() if k not in self.transient}
+            state.update(zip(self._kept, self._values(self)))  # the slots a slotted parent declares
+            return state
+        return self._values(self)
 
     def __setstate__(self, state: Any) -> None:
         if isinstance(state, dict):
+            for name in self._kept:
+                if name in state:
+                    setattr(self, name, state.pop(name))
             vars(self).update(state)
         else:
             for name, value in zip(self._kept, state):
@@ -75,6 +88,16 @@ class Snapshottable:
 
     def restore(self) -> None:
         """Rebuild the transient fields after unpickling (default: none to rebuild)."""
+
+
+def _tuple_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function of an object giving its `names` attributes as a tuple (attrgetter's, for any count)."""
+    if len(names) > 1:
+        return attrgetter(*names)
+    if names:
+        one = attrgetter(names[0])
+        return lambda obj: (one(obj),)
+    return lambda _obj: ()
 
 
 class Rolling(Snapshottable):

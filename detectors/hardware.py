@@ -69,8 +69,12 @@ class _Gpu(Snapshottable):
         self.lost = g.lost
         self.bursts: deque[tuple[float, int]] = deque()
 
+    def __getstate__(self) -> tuple[Any, ...]:
+        """The slots, the bursts as a tuple: pickling an (almost always empty) deque cost as much as the rest."""
+        return (self.dbe, self.remap_unc, self.nvlink, self.failed, self.lost, tuple(self.bursts))
+
     def restore(self) -> None:
-        self.bursts = deque(self.bursts)  # (snapshots before the mixin held a list)
+        self.bursts = deque(self.bursts)  # a tuple (a deque before issue 23, a list before the mixin)
 
 
 class HardwareDetector(Detector):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 from collections import deque
 
-from trainguard.detectors.common import Rolling
+from trainguard.detectors.common import Rolling, Snapshottable
 from trainguard.detectors.hardware import _Gpu
 from trainguard.schemas.records import GpuStats
 
@@ -38,3 +38,53 @@ def test_slotted_state_round_trips_every_slot() -> None:
     g.bursts.append((4.0, 9))
     back = pickle.loads(pickle.dumps(g))
     assert [getattr(back, s) for s in _Gpu.__slots__] == [getattr(g, s) for s in _Gpu.__slots__]
+
+
+class _One(Snapshottable):
+    __slots__ = "only"
+
+    def __init__(self) -> None:
+        self.only = 1
+
+
+class _Two(_One):
+    __slots__ = ("a", "cache")
+    transient = ("cache",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.cache = [2], {"derived": True}
+
+
+class _Open(_Two):  # no __slots__: instances keep a __dict__ too
+    def __init__(self) -> None:
+        super().__init__()
+        self.extra = 3
+
+
+class _Empty(Snapshottable):
+    __slots__ = ()
+
+
+def test_the_state_is_the_kept_slots_in_slot_order_whatever_their_number() -> None:
+    """The C-level getter gives what the slot-by-slot rule gave: one slot, several across the MRO, none."""
+    assert _One().__getstate__() == (1,)
+    assert _Two().__getstate__() == (1, [2])  # the transient cache is not stored
+    assert _Empty().__getstate__() == ()
+    back = pickle.loads(pickle.dumps(_Two()))
+    assert (back.only, back.a) == (1, [2]) and not hasattr(back, "cache")  # rebuilt by restore(), here none
+
+
+def test_a_class_with_a_dict_pickles_its_dict_and_its_parents_slots_less_the_transient() -> None:
+    assert _Open().__getstate__() == {"extra": 3, "only": 1, "a": [2]}
+    back = pickle.loads(pickle.dumps(_Open()))
+    assert (back.only, back.a, back.extra) == (1, [2], 3) and not hasattr(back, "cache")
+
+
+def test_a_gpu_stores_its_bursts_as_a_tuple_and_the_deque_written_before_restores() -> None:
+    g = _Gpu(GpuStats(index=0, nvlink_errors=5))
+    g.bursts.append((4.0, 9))
+    assert g.__getstate__() == (0, 0, 5, False, False, ((4.0, 9),))
+    old = _Gpu.__new__(_Gpu)
+    old.__setstate__((0, 0, 5, False, False, deque([(4.0, 9)])))  # a snapshot from before issue 23
+    assert old.bursts == deque([(4.0, 9)]) and isinstance(old.bursts, deque)

@@ -11,6 +11,7 @@ import math
 import pickle
 import zlib
 
+import lz4.frame
 import msgspec
 import pytest
 
@@ -64,3 +65,20 @@ def test_a_snapshot_from_before_the_one_package_is_dropped_not_fatal() -> None:
                                                                                         b"tg_pre_one_package_detectors.")
     assert load(zlib.compress(old, 1)) is None
     assert load(zlib.compress(blob, 1)) is not None  # the same bytes under today's paths restore
+
+
+def test_snapshots_are_lz4_and_a_zlib_one_from_before_restores_to_the_same_findings() -> None:
+    """Workers upgraded mid-run read the zlib snapshot the old version committed (issue 23 moved to LZ4)."""
+    stream = mixed_stream()
+    cut = len(stream) // 2
+    whole = _drive(_pipeline(), stream)
+    first = _pipeline()
+    head = _drive(first, stream[:cut])
+    blob = dump(Snapshot(first, {0: PartitionTime()}, []))
+    assert blob[:4] == b"\x04\x22\x4d\x18"  # an LZ4 frame
+    old = zlib.compress(lz4.frame.decompress(blob), 1)  # the same pickle, as the version before wrote it
+    for stored in (blob, old):
+        snap = load(stored)
+        assert snap is not None
+        assert head + _drive(snap.pipeline, stream[cut:]) == whole
+    assert load(b"\x04\x22\x4d\x18 torn") is None  # a torn frame starts fresh, as a torn zlib stream does
