@@ -53,10 +53,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
+from trainguard.actions.act_metrics import ActMetrics, NoMetrics
 from trainguard.actions.attempt_keys import PREFIX as KEYS_PREFIX
 from trainguard.actions.attempt_keys import AttemptKeys, Held
 from trainguard.actions.engine import DecisionEngine
@@ -89,56 +90,6 @@ from trainguard.schemas.signing import KeyRing, command_problem, signed_by_node
 log = logging.getLogger(__name__)
 OnDecision = Callable[[Incident, Decision], None]
 Publish = Callable[[Record], None]
-
-
-class ActMetrics(Protocol):
-    """What the core reports as it works; `streams.act.metrics.ActionMetrics` exports it to Prometheus.
-
-    A protocol, so the pure core never imports an exporter (actions/ imports no streams/).
-    """
-
-    def decided(self, *, kind: str, rule: str, status: str) -> None: ...
-
-    def acted(self, *, action: str, status: str) -> None: ...
-
-    def rails(self, *, breaker_tripped: bool, pool_size: int) -> None: ...
-
-    def ettr(self, *, job: str, ettr: float, unproductive_s: dict[str, float]) -> None: ...
-
-    def evictions(self, counts: dict[str, int]) -> None: ...
-
-    def rollout(self, kinds: Mapping[str, str], rules: Mapping[str, str]) -> None: ...
-
-    def lemons(self, count: int) -> None: ...
-    def precision(self, shown: Mapping[str, Mapping[str, Mapping[str, object]]], low: Sequence[str]) -> None: ...
-
-
-class NoMetrics:
-    """The default `ActMetrics`: counts nothing (tests, tools, a core without an exporter)."""
-
-    def decided(self, *, kind: str, rule: str, status: str) -> None:
-        """Count nothing."""
-
-    def acted(self, *, action: str, status: str) -> None:
-        """Count nothing."""
-
-    def rails(self, *, breaker_tripped: bool, pool_size: int) -> None:
-        """Show nothing."""
-
-    def ettr(self, *, job: str, ettr: float, unproductive_s: dict[str, float]) -> None:
-        """Show nothing."""
-
-    def evictions(self, counts: dict[str, int]) -> None:
-        """Show nothing."""
-
-    def rollout(self, kinds: Mapping[str, str], rules: Mapping[str, str]) -> None:
-        """Show nothing."""
-
-    def lemons(self, count: int) -> None:
-        """Show nothing."""
-
-    def precision(self, shown: Mapping[str, Mapping[str, Mapping[str, object]]], low: Sequence[str]) -> None:
-        """Show nothing."""
 
 
 class ActCore:

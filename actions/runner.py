@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from trainguard.actions import sent_commands
 from trainguard.actions.executors.base import Clock, Executor
 from trainguard.actions.executors.registry import Routes
 from trainguard.actions.journal import Journal
@@ -31,10 +32,11 @@ from trainguard.actions.lemons import is_quarantined
 from trainguard.actions.replay import ReplayPlan, locate
 from trainguard.actions.rollout import RolloutPolicy, would_block
 from trainguard.actions.safety import CircuitBreaker, Cooldown
-from trainguard.actions.selfcheck.fanout import FanOut, machine_command_id
+from trainguard.actions.selfcheck.fanout import FanOut
+from trainguard.actions.sent_commands import did_nothing
 from trainguard.actions.settings import SelfCheckSettings
 from trainguard.actions.standby import PoolExhausted, StandbyPool
-from trainguard.actions.topology import Topology
+from trainguard.actions.topology import Topology, job_members
 from trainguard.schemas.action_params import ActionParams, Replay, Restart
 from trainguard.schemas.actions import CLUSTER_ACTIONS, DIAGNOSES, REMOVES_NODE, RESTARTS_JOB, STOP_PLAN_ON_FAILURE
 from trainguard.schemas.bounded import Bounded
@@ -341,7 +343,7 @@ class PlanRunner:
         if isinstance(command.params, Restart) and command.params.attempt is not None:  # the generation it started
             self.attempts[decision.job] = max(self.attempts.get(decision.job, 0), command.params.attempt)
         if step.action in REMOVES_NODE:
-            if quiet := _did_nothing(command, result):
+            if quiet := did_nothing(command, result):
                 self.rails.breaker.release(command.id, quiet)
                 self.rails.cooldown.release(quiet, ts=command.ts)
                 self._audit("reservation_released", command.id, {"decision": decision.id, "nodes": quiet})
@@ -357,43 +359,12 @@ class PlanRunner:
         return self._journal_step(decision, idx, step, result)
 
     def addressed(self, command_id: str) -> frozenset[str] | None:
-        """The nodes a command act sent was addressed to; None when act sent no such command.
-
-        Read from the journal (the intent while in flight, the settled step after), so a
-        restarted act still knows. A self-check's per-machine command addresses its machine.
-        """
-        parts = command_id.rsplit("-", 2)  # <decision>-<step>-<random>
-        if len(parts) != 3 or not parts[1].isdigit():
-            return None
-        decision_id, idx = parts[0], parts[1]
-        sent = self.journal.intent(decision_id, int(idx))
-        done = self.journal.step_result(decision_id, int(idx)) if sent is None else None
-        if sent is not None:
-            step_id, groups = sent.id, sent.params.groups if isinstance(sent.params, Replay) else []
-            nodes = [*sent.nodes, *(str(m) for g in groups for m in g)]
-        elif done is not None:
-            step_id, nodes = done.command_id, [str(n) for n in done.details.get("addressed") or []]
-            nodes += [str(m) for m in done.details.get("machines") or []]
-        else:
-            return None
-        if command_id == step_id:
-            return frozenset(nodes)
-        return frozenset(m for m in nodes if machine_command_id(step_id, m) == command_id) or None
+        """The nodes a command act sent was addressed to; None when act sent no such command."""
+        return sent_commands.addressed(self.journal, command_id)
 
     def sent_action(self, command_id: str) -> str | None:
-        """The action of the step a command id belongs to (the intent in flight, else the settled step).
-
-        A real target must answer the command it got: its signed answer to a restart, labelled a
-        self-check, must not count as a passing self-check. None when act knows no such step.
-        """
-        parts = command_id.rsplit("-", 2)  # <decision>-<step>-<random>
-        if len(parts) != 3 or not parts[1].isdigit():
-            return None
-        sent = self.journal.intent(parts[0], int(parts[1]))
-        if sent is not None:
-            return sent.action
-        done = self.journal.step_result(parts[0], int(parts[1]))
-        return None if done is None else done.action
+        """The action of the step a command id belongs to; None when act knows no such step."""
+        return sent_commands.sent_action(self.journal, command_id)
 
     def _nodes_for(self, decision: Decision, step: PlannedAction, results: dict[int, ActionResult]) -> list[str] | None:
         ref = step.targets_from
@@ -504,7 +475,6 @@ class PlanRunner:
 
 
 _NONE = ActionResult(ts=0.0, command_id="", action="none", status="skipped")
-_NOTHING_DONE = ("rejected", "skipped")  # statuses that say a node (or the executor) did not act
 
 
 @dataclass(frozen=True)
@@ -513,42 +483,6 @@ class _Send:
 
     command: ActionCommand
     targets: list[str]
-
-
-def job_members(nodes: list[str], replacements: list[tuple[str, str]], *, gone: set[str],
-                ready_spares: set[str]) -> list[str]:
-    """The nodes a job runs on now: its (possibly stale) topology with every swap applied in order.
-
-    Each node appears at most once and every swapped-in spare is included; a node
-    evicted without a spare, or back in the standby pool, is no member. Applying a
-    swap is idempotent, so a topology that already lists a spare changes nothing.
-
-    >>> job_members(["n1", "n2", "n3", "n4"], [("n2", "s0"), ("n4", "n2")], gone={"n4"}, ready_spares=set())
-    ['n1', 's0', 'n3', 'n2']
-    >>> job_members(["n1", "s0", "n3", "n2"], [("n2", "s0"), ("n4", "n2")], gone={"n4"}, ready_spares=set())
-    ['n1', 's0', 'n3', 'n2']
-    """
-    members = list(dict.fromkeys(nodes))
-    for old, new in replacements:
-        if old in members:
-            members[members.index(old)] = new
-            members = list(dict.fromkeys(members))
-        elif new not in members:
-            members.append(new)
-    return [n for n in members if n not in ready_spares and n not in gone]
-
-
-def _did_nothing(command: ActionCommand, result: ActionResult) -> list[str]:
-    """The nodes of `command` that certainly did not act, judging by `result`.
-
-    Agents' answers come per node (`per_node`); an executor that refused before
-    sending anything answers once, "rejected", with no per-node word. A node
-    missing from `per_node` never answered: it may still act, so it is not here.
-    """
-    per_node = result.details.get("per_node")
-    if isinstance(per_node, dict) and per_node:
-        return [n for n in command.nodes if per_node.get(n) in _NOTHING_DONE]
-    return list(command.nodes) if result.status in _NOTHING_DONE else []
 
 
 def _groups(step: PlannedAction) -> list[list[str]]:

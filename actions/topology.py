@@ -101,3 +101,26 @@ class Topology:
         dp_i = (rank // self.tp) % self.dp
         pp_i = rank // (self.tp * self.dp)
         return tp_i, dp_i, pp_i
+
+
+def job_members(nodes: list[str], replacements: list[tuple[str, str]], *, gone: set[str],
+                ready_spares: set[str]) -> list[str]:
+    """The nodes a job runs on now: its (possibly stale) topology with every swap applied in order.
+
+    Each node appears at most once and every swapped-in spare is included; a node
+    evicted without a spare, or back in the standby pool, is no member. Applying a
+    swap is idempotent, so a topology that already lists a spare changes nothing.
+
+    >>> job_members(["n1", "n2", "n3", "n4"], [("n2", "s0"), ("n4", "n2")], gone={"n4"}, ready_spares=set())
+    ['n1', 's0', 'n3', 'n2']
+    >>> job_members(["n1", "s0", "n3", "n2"], [("n2", "s0"), ("n4", "n2")], gone={"n4"}, ready_spares=set())
+    ['n1', 's0', 'n3', 'n2']
+    """
+    members = list(dict.fromkeys(nodes))
+    for old, new in replacements:
+        if old in members:
+            members[members.index(old)] = new
+            members = list(dict.fromkeys(members))
+        elif new not in members:
+            members.append(new)
+    return [n for n in members if n not in ready_spares and n not in gone]

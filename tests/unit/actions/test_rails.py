@@ -14,8 +14,10 @@ from fakes import Clock, Scripted, answer
 
 from tests.unit.actions.rails_kit import build, events, hw, run_one
 from trainguard.actions.executors.base import merge_results
-from trainguard.actions.runner import PlanRunner, _did_nothing, job_members
+from trainguard.actions.runner import PlanRunner
 from trainguard.actions.safety import CircuitBreaker
+from trainguard.actions.sent_commands import did_nothing
+from trainguard.actions.topology import job_members
 from trainguard.schemas.records import ActionCommand, ActionResult
 
 # ------------------------------------------------------------ reserve before send
@@ -72,7 +74,7 @@ def test_only_the_nodes_whose_signed_answer_says_they_did_nothing_are_released(t
     assert breaker.reserve(job="", nodes=["a", "b", "c"], job_size=0, now=0.0, tag="c1").allowed
     merged = ActionResult(ts=1.0, command_id="c1", action="evict_node", status="failed",
                           details={"per_node": {"a": "rejected", "b": "ok"}})  # c never answered
-    quiet = _did_nothing(ActionCommand(ts=0.0, id="c1", action="evict_node", nodes=["a", "b", "c"]), merged)
+    quiet = did_nothing(ActionCommand(ts=0.0, id="c1", action="evict_node", nodes=["a", "b", "c"]), merged)
     assert quiet == ["a"]
     assert breaker.release("c1", quiet) == ["a"]
     assert breaker.counted(1.0) == {"b", "c"}
