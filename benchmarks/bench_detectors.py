@@ -42,7 +42,11 @@ then `--events` events timed (CPU time of `_process` only, the encoding of
 the input is not counted), printed with the ratio to 512 nodes. Memory per
 1,000 GPUs is the process's resident set (RSS) after the run minus before
 the task was built, after a full collection: what the state costs the
-machine, allocator overhead included. `--profile` prints the timed part's
+machine, allocator overhead included. The snapshot columns are the CPU
+time and size of the task's snapshot as the worker writes it at each
+commit (`streams.worker.snapshot.dump`, best of 3): that cost grows with
+the state, and the worker spaces its commits to keep it near 5% of its
+time (`batch_loop.SNAPSHOT_BUDGET`). `--profile` prints the timed part's
 top functions (cProfile, which inflates the figures: compare profiles with
 each other only).
 """
@@ -72,7 +76,7 @@ from trainguard.detectors.settings import DetectorSettings
 from trainguard.schemas.codec import Codec
 from trainguard.schemas.records import Record
 from trainguard.schemas.topics import key_for
-from trainguard.streams.worker import heap
+from trainguard.streams.worker import heap, snapshot
 from trainguard.streams.worker.batch_loop import BatchLoop
 
 
@@ -158,6 +162,8 @@ class ScaleRun:
     gc_s: float  # of which the garbage collector
     rss_bytes: int
     entries: int
+    snapshot_s: float = 0.0  # CPU to write the task's snapshot once (what every commit pays), best of 3
+    snapshot_bytes: int = 0
     profile: str = ""
 
     @property
@@ -211,15 +217,28 @@ def scale_run(nodes: int, events: int, warm_s: int, job_nodes: int, profile: boo
         del fetches
         gc.collect()
         entries = sum(d.state_size() for d in loop.task(0).processor.pipeline.detectors)
+        snapshot_s, snapshot_bytes = _snapshot_cost(loop)
         text = ""
         if profiler is not None:
             out = io.StringIO()
             pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
             text = out.getvalue()
-        return ScaleRun(nodes, done, cpu, gc_s, _rss_bytes() - rss, entries, text)
+        return ScaleRun(nodes, done, cpu, gc_s, _rss_bytes() - rss, entries, snapshot_s, snapshot_bytes, text)
     finally:
         gc.callbacks.remove(collector)
         heap.restore(old)
+
+
+def _snapshot_cost(loop: BatchLoop) -> tuple[float, int]:
+    """(CPU seconds, bytes) of the task's snapshot as the worker writes it at a commit, best of 3."""
+    task = loop.task(0)
+    best, blob = float("inf"), b""
+    for _ in range(3):
+        started = time.process_time()
+        blob = snapshot.dump(snapshot.Snapshot(task.processor.pipeline, dict(task.clock.parts),
+                                               task.processor.buffer.entries(), skew=task.processor.skew))
+        best = min(best, time.process_time() - started)
+    return best, len(blob)
 
 
 def _timed(loop: BatchLoop, fetches: Iterator[list[Raw]], events: int,
@@ -271,7 +290,8 @@ def print_scale_row(run: ScaleRun, runs: Sequence[ScaleRun]) -> None:
     ratio = f"{run.us_per_event / ref.us_per_event:.2f}" if ref is not None else "-"
     print(f"{run.nodes:>7,} {run.gpus:>8,} {run.events:>8,} {run.us_per_event:>9.2f} {ratio:>7} "
           f"{run.gc_s / run.cpu_s:>5.1%} "
-          f"{run.rss_bytes / 2**20 * 1000 / run.gpus:>12.2f} {run.entries:>10,}  "
+          f"{run.rss_bytes / 2**20 * 1000 / run.gpus:>12.2f} {run.entries:>10,} "
+          f"{run.snapshot_s * 1000:>8.0f} {run.snapshot_bytes / 2**20:>8.2f}  "
           f"(load {os.getloadavg()[0]:.1f})", flush=True)
     if run.profile:
         print(run.profile, flush=True)
@@ -304,7 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{args.events:,} timed events per size after {args.warm_s} s of event time untimed; jobs of at most "
               f"{args.job_nodes:,} nodes; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         print(f"{'nodes':>7} {'GPUs':>8} {'events':>8} {'us/event':>9} {'vs 512':>7} {'gc':>5} {'MiB/1k GPUs':>12} "
-              f"{'entries':>10}  (RSS delta)")
+              f"{'entries':>10} {'snap ms':>8} {'snap MiB':>8}  (RSS delta; one task snapshot, as each commit "
+              f"writes it)")
         scale(sizes, args.events, args.warm_s, args.job_nodes, args.profile, args.rounds)
         return 0
     if hasattr(os, "sched_setaffinity"):

@@ -9,6 +9,9 @@
 * `finding()` builds an `Anomaly` with a deterministic id.
 * `Snapshottable` is how detector state pickles: the worker snapshots
   every task's pipeline on its hot loop (streams.worker.snapshot).
+  `SlotRows` and `DictRows` pack a `Bounded` map of such objects (a port
+  each, a node's GPUs) as one block of tuples: 3-4x cheaper to pickle than
+  object by object.
 
 Everything here is pure and picklable.
 """
@@ -98,6 +101,67 @@ def _tuple_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
         one = attrgetter(names[0])
         return lambda obj: (one(obj),)
     return lambda _obj: ()
+
+
+class SlotRows:
+    """Packs a `Bounded` map whose values are all one slotted `Snapshottable` class: one state tuple each.
+
+    >>> rows = SlotRows(Rolling)
+    >>> r = Rolling(2); r.add(1.0)
+    >>> packed = rows.pack([r]); packed
+    [(2, deque([1.0], maxlen=2))]
+    >>> rows.unpack(packed)[0].median()
+    1.0
+    >>> rows.pack([r, "not a Rolling"]) is None  # anything else: the map pickles item by item
+    True
+    """
+
+    def __init__(self, cls: type[Snapshottable]) -> None:
+        if cls._has_dict:
+            raise TypeError(f"{cls.__name__} keeps a __dict__: only slotted classes pack as rows")
+        self.cls = cls
+
+    def __reduce__(self) -> Any:
+        return (SlotRows, (self.cls,))
+
+    def pack(self, values: list[Any]) -> list[tuple[Any, ...]] | None:
+        cls = self.cls
+        if any(type(v) is not cls for v in values):
+            return None
+        state = cls._values if cls.__getstate__ is Snapshottable.__getstate__ else cls.__getstate__
+        return [state(v) for v in values]
+
+    def unpack(self, packed: list[tuple[Any, ...]]) -> list[Snapshottable]:
+        cls, out = self.cls, []
+        for state in packed:
+            obj = cls.__new__(cls)
+            obj.__setstate__(state)
+            out.append(obj)
+        return out
+
+
+class DictRows:
+    """Packs a `Bounded` map whose values are small dicts of one slotted class (a node's GPUs by index)."""
+
+    def __init__(self, cls: type[Snapshottable]) -> None:
+        self.rows = SlotRows(cls)
+
+    def __reduce__(self) -> Any:
+        return (DictRows, (self.rows.cls,))
+
+    def pack(self, values: list[Any]) -> list[tuple[list[Any], list[tuple[Any, ...]]]] | None:
+        if any(type(v) is not dict for v in values):
+            return None
+        out = []
+        for value in values:
+            rows = self.rows.pack(list(value.values()))
+            if rows is None:
+                return None
+            out.append((list(value), rows))
+        return out
+
+    def unpack(self, packed: list[tuple[list[Any], list[tuple[Any, ...]]]]) -> list[dict[Any, Any]]:
+        return [dict(zip(keys, self.rows.unpack(rows))) for keys, rows in packed]
 
 
 class Rolling(Snapshottable):

@@ -44,7 +44,7 @@ from collections import deque
 from typing import Any
 
 from trainguard.detectors.base import Detector
-from trainguard.detectors.common import Bounded, Snapshottable, finding
+from trainguard.detectors.common import Bounded, DictRows, Snapshottable, finding
 from trainguard.detectors.dispatch import on
 from trainguard.detectors.xid import classify, is_fatal
 from trainguard.schemas import node_jobs
@@ -107,7 +107,7 @@ class HardwareDetector(Detector):
         self._extra = frozenset(self.extra_fatal_xids)
         self.node_conditions = list(NODE_CONDITIONS if node_conditions is None else node_conditions)
         self._conditions = frozenset(self.node_conditions) - {OWN_CONDITION}
-        self._nodes: Bounded[str, dict[int, _Gpu]] = Bounded(max(1, max_gpus // 8))
+        self._nodes: Bounded[str, dict[int, _Gpu]] = Bounded(max(1, max_gpus // 8), DictRows(_Gpu))
         self._fired: Bounded[tuple[str, int, str], float] = Bounded(max_gpus)
         self._node_job: Bounded[str, str] = Bounded(max(1, max_gpus // 8))
         self._now = float("-inf")

@@ -35,7 +35,7 @@ from bisect import bisect_left
 from typing import Any
 
 from trainguard.detectors.base import Detector
-from trainguard.detectors.common import Bounded, Snapshottable, finding
+from trainguard.detectors.common import Bounded, SlotRows, Snapshottable, finding
 from trainguard.detectors.dispatch import on
 from trainguard.detectors.persistence import Persistence
 from trainguard.schemas.records import Anomaly, RdmaPort, RdmaSample
@@ -105,7 +105,7 @@ class NetworkDetector(Detector):
         self.degraded_samples = degraded_samples
         self.busy_bps = busy_bps
         self._slow: Bounded[tuple[str, str, int], list[float]] = Bounded(max_ports)  # key -> [first, n, fired]
-        self._ports: Bounded[tuple[str, str, int], _Port] = Bounded(max_ports)
+        self._ports: Bounded[tuple[str, str, int], _Port] = Bounded(max_ports, SlotRows(_Port))
         self.persist_s, self.recur_n, self.recur_window_s = persist_s, recur_n, recur_window_s
         self._persist = Persistence(persist_s=persist_s, recur_n=recur_n, recur_window_s=recur_window_s,
                                     gap_s=30.0, max_keys=max_ports)

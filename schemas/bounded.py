@@ -10,10 +10,26 @@ Pure and picklable.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+class Packing(Protocol):
+    """How a `Bounded` map's values pickle as one block instead of object by object.
+
+    The worker pickles every task's state at each commit; tens of thousands of
+    small per-port or per-GPU objects, each reduced by pickle on its own, were
+    most of that cost (issue 23). A packing turns all values into plain tuples
+    in one pass and back. `pack` returns None when it cannot pack these values
+    (one of another type, say): the map then pickles item by item, as always.
+    Instances must pickle (a module-level class holding classes, say).
+    """
+
+    def pack(self, values: list[Any]) -> Any | None: ...
+
+    def unpack(self, packed: Any) -> list[Any]: ...
 
 
 class Bounded(OrderedDict[K, V], Generic[K, V]):
@@ -28,13 +44,23 @@ class Bounded(OrderedDict[K, V], Generic[K, V]):
     (['b', 'c'], 1)
     """
 
-    def __init__(self, cap: int) -> None:
+    packing: Packing | None = None  # a class default: maps pickled before packings existed restore with none
+
+    def __init__(self, cap: int, packing: Packing | None = None) -> None:
         super().__init__()
         self.cap = cap
         self.evicted = 0
+        if packing is not None:
+            self.packing = packing
 
     def __reduce__(self) -> Any:
-        return (type(self), (self.cap,), {"evicted": self.evicted}, None, iter(self.items()))
+        packed = self.packing.pack(list(self.values())) if self.packing is not None and self else None
+        if packed is None:
+            return (type(self), (self.cap,), {"evicted": self.evicted, **self._packing()}, None, iter(self.items()))
+        return (_unpacked, (type(self), self.cap, self.evicted, self.packing, list(self), packed))
+
+    def _packing(self) -> dict[str, Any]:
+        return {} if self.packing is None else {"packing": self.packing}
 
     def __setitem__(self, key: K, value: V) -> None:
         # On every detector's hot path: OrderedDict's own method, bound once, not `super()` per call
@@ -49,6 +75,15 @@ class Bounded(OrderedDict[K, V], Generic[K, V]):
 
 
 _store = OrderedDict.__setitem__
+
+
+def _unpacked(cls: type[Bounded[Any, Any]], cap: int, evicted: int, packing: Packing, keys: list[Any],
+              packed: Any) -> Bounded[Any, Any]:
+    """A packed map back (what pickle calls on load): same keys in the same order, cap, count and packing."""
+    out = cls(cap, packing)
+    out.update(zip(keys, packing.unpack(packed)))
+    out.evicted = evicted
+    return out
 
 
 def bounded_evictions(obj: object, _depth: int = 3) -> int:

@@ -54,15 +54,17 @@ def test_a_scale_run_times_the_asked_events_after_the_warm_up_and_leaves_the_col
     assert run.events >= 3000 and run.cpu_s > 0 and 0 <= run.gc_s <= run.cpu_s
     assert run.entries > 4 * 8  # every rank and GPU of the fleet is known after the warm-up
     assert run.gpus == 32 and run.us_per_event > 0
+    assert run.snapshot_s > 0 and run.snapshot_bytes > 1000  # the task's snapshot, as a commit writes it
 
 
 def test_the_sweep_prints_a_row_per_size_with_the_ratio_to_512(capsys: pytest.CaptureFixture[str]) -> None:
-    runs = [bench_detectors.ScaleRun(512, 100, 1.0, 0.0, 1 << 20, 10),
-            bench_detectors.ScaleRun(4096, 100, 1.5, 0.0, 1 << 20, 10)]
+    runs = [bench_detectors.ScaleRun(512, 100, 1.0, 0.0, 1 << 20, 10, 0.0145, 3 << 19),
+            bench_detectors.ScaleRun(4096, 100, 1.5, 0.0, 1 << 20, 10, 0.21, 1 << 21)]
     for run in runs:
         bench_detectors.print_scale_row(run, runs)
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert [(row[0], row[4]) for row in rows] == [("512", "1.00"), ("4,096", "1.50")]
+    assert [(row[8], row[9]) for row in rows] == [("14", "1.50"), ("210", "2.00")]  # snapshot ms and MiB
 
 
 def test_rounds_alternate_the_sizes_and_end_with_each_sizes_median(capsys: pytest.CaptureFixture[str]) -> None:

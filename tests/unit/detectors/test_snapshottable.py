@@ -5,8 +5,11 @@ from __future__ import annotations
 import pickle
 from collections import deque
 
-from trainguard.detectors.common import Rolling, Snapshottable
+import pytest
+
+from trainguard.detectors.common import Bounded, DictRows, Rolling, SlotRows, Snapshottable
 from trainguard.detectors.hardware import _Gpu
+from trainguard.detectors.network import _Port
 from trainguard.schemas.records import GpuStats
 
 
@@ -88,3 +91,34 @@ def test_a_gpu_stores_its_bursts_as_a_tuple_and_the_deque_written_before_restore
     old = _Gpu.__new__(_Gpu)
     old.__setstate__((0, 0, 5, False, False, deque([(4.0, 9)])))  # a snapshot from before issue 23
     assert old.bursts == deque([(4.0, 9)]) and isinstance(old.bursts, deque)
+
+
+def test_a_map_of_ports_packs_as_rows_and_restores_every_slot() -> None:
+    ports: Bounded[str, _Port] = Bounded(4, SlotRows(_Port))
+    for i in range(6):
+        ports[f"p{i}"] = _Port(i, 10 * i)
+    ports["p5"].first_bad, ports["p5"].fired = 12.5, True
+    blob = pickle.dumps(ports)
+    assert b"_unpacked" in blob  # rows, not one reduce per port
+    back = pickle.loads(blob)
+    assert list(back) == ["p2", "p3", "p4", "p5"] and back.evicted == 2
+    assert [[getattr(p, s) for s in _Port.__slots__] for p in back.values()] == \
+           [[getattr(p, s) for s in _Port.__slots__] for p in ports.values()]
+
+
+def test_rows_of_another_class_are_not_packed_and_dict_classes_cannot_be() -> None:
+    rows = SlotRows(_Port)
+    assert rows.pack([_Port(0, 0), Rolling(2)]) is None
+    assert DictRows(_Gpu).pack([{0: _Gpu(GpuStats(index=0))}, {0: _Port(0, 0)}]) is None
+    with pytest.raises(TypeError, match="__dict__"):
+        SlotRows(_Open)
+
+
+def test_a_nodes_gpus_pack_as_rows_with_their_bursts_and_restore_as_deques() -> None:
+    nodes: Bounded[str, dict[int, _Gpu]] = Bounded(8, DictRows(_Gpu))
+    nodes["n0"] = {i: _Gpu(GpuStats(index=i, nvlink_errors=i)) for i in (3, 0, 1)}
+    nodes["n0"][1].bursts.append((7.0, 2))
+    back = pickle.loads(pickle.dumps(nodes))
+    assert list(back["n0"]) == [3, 0, 1]
+    assert [g.nvlink for g in back["n0"].values()] == [3, 0, 1]
+    assert back["n0"][1].bursts == deque([(7.0, 2)]) and isinstance(back["n0"][0].bursts, deque)

@@ -9,6 +9,7 @@ broker timestamps.
 
 from __future__ import annotations
 
+import pickle
 import random
 
 from trainguard.detectors.correlate import IncidentCorrelator
@@ -216,3 +217,18 @@ def test_a_restored_estimator_takes_todays_bounds_not_its_snapshots() -> None:
     snap = snapshot.Snapshot(DetectionPipeline([]), {}, [], skew=old)
     restored = factory.build(0, snap).processor.skew
     assert restored is old and (restored.bound_s, restored.max_hosts) == (120.0, 100_000)
+
+
+def test_estimates_pickled_as_rows_or_as_before_issue_23_restore_to_the_same_verdicts() -> None:
+    """Hosts travel as one tuple each; a snapshot from before (the hosts' OrderedDict itself) still restores."""
+    est = ClockSkewEstimator(bound_s=120.0)
+    hosts = {**GOOD, "bad": DAY}
+    assert [(f.node, f.state) for f in _feed(est, hosts, 60)] == [("bad", "skewed")]
+    packed = pickle.loads(pickle.dumps(est))
+    before = ClockSkewEstimator.__new__(ClockSkewEstimator)
+    before.__setstate__(dict(vars(est)))  # the state pickle stored before issue 23
+    for back in (packed, before):
+        assert list(back._hosts) == list(est._hosts)  # noqa: SLF001 - least recently heard first, kept
+        assert all(back.offset(n) == est.offset(n) for n in hosts)
+        assert back._hosts["a"].deltas.maxlen == est.window  # noqa: SLF001
+        assert _feed(back, {**GOOD, "bad": 0.0}, 120, start=T0 + 60)[-1].state == "recovered"
