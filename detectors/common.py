@@ -126,10 +126,10 @@ class SlotRows:
 
     def pack(self, values: list[Any]) -> list[tuple[Any, ...]] | None:
         cls = self.cls
-        if any(type(v) is not cls for v in values):
+        if values and set(map(type, values)) != {cls}:
             return None
         state = cls._values if cls.__getstate__ is Snapshottable.__getstate__ else cls.__getstate__
-        return [state(v) for v in values]
+        return list(map(state, values))  # in C when the class keeps the default state (its slots' getter)
 
     def unpack(self, packed: list[tuple[Any, ...]]) -> list[Snapshottable]:
         cls, out = self.cls, []
@@ -150,11 +150,11 @@ class DictRows:
         return (DictRows, (self.rows.cls,))
 
     def pack(self, values: list[Any]) -> list[tuple[list[Any], list[tuple[Any, ...]]]] | None:
-        if any(type(v) is not dict for v in values):
+        if values and set(map(type, values)) != {dict}:
             return None
-        out = []
+        out, pack = [], self.rows.pack
         for value in values:
-            rows = self.rows.pack(list(value.values()))
+            rows = pack(list(value.values()))
             if rows is None:
                 return None
             out.append((list(value), rows))

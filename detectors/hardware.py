@@ -40,7 +40,6 @@ timestamp, which a host clock running behind may put before the fault.
 from __future__ import annotations
 
 import re
-from collections import deque
 from typing import Any
 
 from trainguard.detectors.base import Detector
@@ -67,14 +66,12 @@ class _Gpu(Snapshottable):
         self.nvlink = g.nvlink_errors
         self.failed = g.remap_failed
         self.lost = g.lost
-        self.bursts: deque[tuple[float, int]] = deque()
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        """The slots, the bursts as a tuple: pickling an (almost always empty) deque cost as much as the rest."""
-        return (self.dbe, self.remap_unc, self.nvlink, self.failed, self.lost, tuple(self.bursts))
+        # (ts, growth) within the NVLink window, oldest first. A tuple, rebuilt on the rare change: an empty
+        # deque per GPU cost 600 bytes and, at every snapshot, as much to pickle as the rest (issue 23).
+        self.bursts: tuple[tuple[float, int], ...] = ()
 
     def restore(self) -> None:
-        self.bursts = deque(self.bursts)  # a tuple (a deque before issue 23, a list before the mixin)
+        self.bursts = tuple(self.bursts)  # a deque before issue 23, a list before the mixin
 
 
 class HardwareDetector(Detector):
@@ -234,17 +231,18 @@ class HardwareDetector(Detector):
             if burst >= self.nvlink_burst:
                 out.append({"gpu": g.index, "cause": "nvlink_burst", "errors": burst,
                             "window_s": self.nvlink_window_s})
-                state.bursts.clear()
+                state.bursts = ()
         # A counter going down was reset: the new value is the new baseline.
         state.dbe, state.remap_unc, state.nvlink = g.ecc_dbe, g.remapped_uncorrectable, g.nvlink_errors
         state.failed, state.lost = g.remap_failed, g.lost
         return out
 
     def _nvlink_burst(self, state: _Gpu, ts: float, growth: int) -> int:
-        if growth:
-            state.bursts.append((ts, growth))
-        while state.bursts and ts - state.bursts[0][0] > self.nvlink_window_s:
-            state.bursts.popleft()
+        bursts = state.bursts + ((ts, growth),) if growth else state.bursts
+        expired = 0
+        while expired < len(bursts) and ts - bursts[expired][0] > self.nvlink_window_s:
+            expired += 1
+        state.bursts = bursts[expired:]
         return sum(n for _, n in state.bursts)
 
     def _report(self, sample: NodeGpuSample, causes: list[dict[str, Any]]) -> list[Anomaly]:

@@ -136,3 +136,41 @@ def test_xid_154_is_judged_by_the_recovery_action_it_names() -> None:
     assert classify(154, "GPU recovery action changed from 0x0 (None) to 0x1 (Reset Required)").severity == "fatal"
     assert classify(154, "GPU recovery action changed from 0x1 (Reset Required) to 0x0 (None)").severity != "fatal"
     assert classify(46).severity == "fatal" and classify(74).severity == "fatal"
+
+
+def _bursts_as_before(stream: list[tuple[float, int]], burst: int, window: float) -> list[float]:
+    """The NVLink burst rule as the deque-based code before issue 23 applied it: when it fired."""
+    from collections import deque
+
+    last, held, fired = stream[0][1], deque[tuple[float, int]](), []
+    for ts, errors in stream[1:]:
+        growth = errors - last if errors >= last else 0
+        if growth > 0 or held:
+            if growth:
+                held.append((ts, growth))
+            while held and ts - held[0][0] > window:
+                held.popleft()
+            if sum(n for _, n in held) >= burst:
+                fired.append(ts)
+                held.clear()
+        last = errors
+    return fired
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_nvlink_bursts_fire_as_the_deque_did_across_windows_resets_and_quiet_stretches(seed: int) -> None:
+    """The bursts are a tuple now (no deque per GPU); growth, expiry and the reset after a finding are kept."""
+    import random
+
+    rng = random.Random(seed)
+    ts, errors, stream = 0.0, rng.randrange(50), []
+    for _ in range(300):
+        ts += rng.choice((1.0, 5.0, 30.0, 90.0))
+        roll = rng.random()
+        errors = 0 if roll < 0.03 else errors + (rng.randrange(12) if roll < 0.5 else 0)  # resets, growth, quiet
+        stream.append((ts, errors))
+    det = HardwareDetector(nvlink_burst=20, nvlink_window_s=120.0, cooldown_s=0.0)  # every firing reported
+    fired = [a.ts for ts_, n in stream for a in det.observe(sample(ts_, nvlink_errors=n))
+             if any(c["cause"] == "nvlink_burst" for c in a.evidence["findings"])]
+    expected = _bursts_as_before(stream, 20, 120.0)
+    assert fired == expected and len(expected) >= 2
