@@ -31,7 +31,15 @@ from processes import stop_all
 
 from tests.e2e.act_kit import TRAINER, Tap, trainguard
 from trainguard.actions.journal import Journal
-from trainguard.schemas.records import ActionCommand, AuditEntry, CheckpointEvent, Incident, JobTopology, TrainingStep
+from trainguard.schemas.records import (
+    ActionCommand,
+    AttemptKey,
+    AuditEntry,
+    CheckpointEvent,
+    Incident,
+    JobTopology,
+    TrainingStep,
+)
 from trainguard.schemas.topics import Topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.e2e]
@@ -82,8 +90,11 @@ def test_act_on_a_new_machine_knows_what_the_old_one_knew(kafka: str, topic_pref
                                      loss=1.0, step_time_s=1.0))
         tap.publish(Incident(ts=now + 1, id="hw-node-1", kind="hw_fault", job=JOB, onset=now, detected_at=now + 1,
                              nodes=["node-1"]))
+        for node in agents:  # every agent's training process is up (it announced its key), so a slow start
+            # of three torch processes on a loaded machine does not eat the commands' 60 s timeout
+            tap.wait(lambda r, n=node: isinstance(r, AttemptKey) and r.node == n, timeout_s=180)
         acts.append(trainguard(base, "act", "--executor", "local", "--timeout", "240"))
-        tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "decision_executed", timeout_s=120)
+        tap.wait(lambda r: isinstance(r, AuditEntry) and r.event == "decision_executed", timeout_s=180)
         journal = state_dir / "journal.sqlite"
         wait_for(lambda: state_of(journal)["decision"].status == "executed", 30)
         time.sleep(2.0)  # the last step's outcome reaches the topic (mirrored asynchronously, no offset waits)
