@@ -48,7 +48,12 @@ commit (`streams.worker.snapshot.dump`, best of 3): that cost grows with
 the state, and the worker spaces its commits to keep it near 5% of its
 time (`batch_loop.SNAPSHOT_BUDGET`). `--profile` prints the timed part's
 top functions (cProfile, which inflates the figures: compare profiles with
-each other only).
+each other only). `--snapshot-parts COMMIT_S` then prints each size's
+snapshot by part (`benchmarks.snapshot_parts`: each detector's maps, the
+clocks, the waiting records, the hosts' clock estimates; pickle time and
+size) and the share of each part's bytes in entries that COMMIT_S more
+seconds of the mix changed: what a changed-entries-only (incremental)
+snapshot would write at that commit interval.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ from typing import Any
 
 from benchmarks.bench_gc import FETCH, TOPICS, GcClock, Raw, as_fetch, hot_loop
 from benchmarks.bench_pipeline import events_per_node_s, fleet_second
+from benchmarks.snapshot_parts import Part, changed, digests, measure, parts
 from trainguard.detectors.pipeline import DetectionPipeline
 from trainguard.detectors.settings import DetectorSettings
 from trainguard.schemas.codec import Codec
@@ -165,6 +171,7 @@ class ScaleRun:
     snapshot_s: float = 0.0  # CPU to write the task's snapshot once (what every commit pays), best of 3
     snapshot_bytes: int = 0
     profile: str = ""
+    parts: tuple[Part, ...] = ()  # --snapshot-parts: the snapshot by part, and what one interval changed
 
     @property
     def us_per_event(self) -> float:
@@ -196,8 +203,12 @@ def _mix(nodes: int, job_nodes: int, start: int = 0) -> Iterator[list[Raw]]:
         second += 1
 
 
-def scale_run(nodes: int, events: int, warm_s: int, job_nodes: int, profile: bool = False) -> ScaleRun:
-    """Warm a fresh task up on `warm_s` seconds of the mix, then time `events` events through the hot path."""
+def scale_run(nodes: int, events: int, warm_s: int, job_nodes: int, profile: bool = False,
+              commit_s: float = 0.0) -> ScaleRun:
+    """Warm a fresh task up on `warm_s` seconds of the mix, then time `events` events through the hot path.
+
+    With `commit_s`, the snapshot is then taken apart (`snapshot_parts`) before and after `commit_s`
+    seconds more of the mix: what an incremental snapshot at that commit interval would write."""
     old = heap.settle_after_startup()  # the worker's collector policy (`trainguard worker` sets it before its loop)
     collector = GcClock()
     gc.callbacks.append(collector)
@@ -214,16 +225,18 @@ def scale_run(nodes: int, events: int, warm_s: int, job_nodes: int, profile: boo
         profiler = cProfile.Profile() if profile else None
         done, cpu = _timed(loop, fetches, events, profiler)
         gc_s = collector.spent
-        del fetches
         gc.collect()
+        resident = _rss_bytes() - rss  # before the parts' digests, which take memory of their own
         entries = sum(d.state_size() for d in loop.task(0).processor.pipeline.detectors)
         snapshot_s, snapshot_bytes = _snapshot_cost(loop)
+        split = _snapshot_parts(loop, fetches, int(commit_s * nodes * events_per_node_s(rdma=True))) if commit_s else ()
+        del fetches
         text = ""
         if profiler is not None:
             out = io.StringIO()
             pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
             text = out.getvalue()
-        return ScaleRun(nodes, done, cpu, gc_s, _rss_bytes() - rss, entries, snapshot_s, snapshot_bytes, text)
+        return ScaleRun(nodes, done, cpu, gc_s, resident, entries, snapshot_s, snapshot_bytes, text, split)
     finally:
         gc.callbacks.remove(collector)
         heap.restore(old)
@@ -239,6 +252,40 @@ def _snapshot_cost(loop: BatchLoop) -> tuple[float, int]:
                                                task.processor.buffer.entries(), skew=task.processor.skew))
         best = min(best, time.process_time() - started)
     return best, len(blob)
+
+
+def _snapshot_parts(loop: BatchLoop, fetches: Iterator[list[Raw]], events: int) -> tuple[Part, ...]:
+    """The task's snapshot by part, then the share of each that `events` more events of the mix changed."""
+    before = {name: measure(name, value) for name, value in parts(loop.task(0)).items()}
+    done = 0
+    while done < events:
+        batch = next(fetches)
+        loop._process(as_fetch(batch))  # noqa: SLF001
+        done += len(batch)
+    after = parts(loop.task(0))
+    out = []
+    for name, (part, old) in before.items():
+        new = digests(after[name]) if name in after else {}
+        leaf_bytes = sum(size for _, size in new.values())  # the share is of the part as the next commit finds it
+        out.append(Part(part.name, part.pickle_s, part.size, len(new), leaf_bytes, changed(old, new)))
+    return tuple(out)
+
+
+def print_parts(run: ScaleRun) -> None:
+    """One size's snapshot by part, costliest first, and the share an incremental snapshot would write."""
+    total_s = sum(p.pickle_s for p in run.parts) or 1.0
+    leaf_bytes = sum(p.leaf_bytes for p in run.parts) or 1
+    print(f"  {run.nodes:,} nodes: the snapshot by part (pickle only, best of 3; changed: share of the part's "
+          f"bytes in entries new or different after one commit interval)")
+    print(f"    {'part':<34} {'ms':>7} {'share':>6} {'KiB':>8} {'entries':>9} {'changed':>8}")
+    for p in sorted(run.parts, key=lambda p: -p.pickle_s)[:14]:
+        print(f"    {p.name:<34} {p.pickle_s * 1000:>7.1f} {p.pickle_s / total_s:>6.1%} {p.size / 1024:>8.0f} "
+              f"{p.leaves:>9,} {p.changed_share:>8.1%}")
+    written = sum(p.changed_bytes for p in run.parts) / leaf_bytes
+    # An incremental snapshot still pickles what changed: weigh each part's cost by its changed share.
+    cost = sum(p.pickle_s * p.changed_share for p in run.parts) / total_s
+    print(f"    an incremental snapshot would write {written:.1%} of the bytes, for about {cost:.0%} of the "
+          f"pickling (before finding what changed, which is not free)", flush=True)
 
 
 def _timed(loop: BatchLoop, fetches: Iterator[list[Raw]], events: int,
@@ -259,7 +306,7 @@ def _timed(loop: BatchLoop, fetches: Iterator[list[Raw]], events: int,
 
 
 def scale(sizes: Sequence[int], events: int, warm_s: int, job_nodes: int, profile: bool,
-          rounds: int = 1) -> list[ScaleRun]:
+          rounds: int = 1, commit_s: float = 0.0) -> list[ScaleRun]:
     """`scale_run` per size and round, each in a fresh process (no heap, cache or allocator state carried
     over); with several rounds, the sizes alternate and each size's median run is printed last."""
     ctx = multiprocessing.get_context("spawn")
@@ -268,8 +315,10 @@ def scale(sizes: Sequence[int], events: int, warm_s: int, job_nodes: int, profil
         for _ in range(rounds):
             done: list[ScaleRun] = []
             for nodes in sizes:
-                done.append(pool.apply(scale_run, (nodes, events, warm_s, job_nodes, profile)))
+                done.append(pool.apply(scale_run, (nodes, events, warm_s, job_nodes, profile, commit_s)))
                 print_scale_row(done[-1], done)
+                if done[-1].parts:
+                    print_parts(done[-1])
             runs.extend(done)
     if rounds > 1:
         medians = [_median_run([r for r in runs if r.nodes == nodes]) for nodes in sizes]
@@ -312,6 +361,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="alternating rounds over the sizes, then each size's median (--scale; default 1)")
     parser.add_argument("--profile", action="store_true", help="print each size's cProfile top functions (--scale)")
+    parser.add_argument("--snapshot-parts", type=float, metavar="COMMIT_S", default=0.0,
+                        help="also print each size's snapshot by part and the share of it that COMMIT_S seconds "
+                             "of event time change: what an incremental snapshot would write (--scale)")
     args = parser.parse_args(argv)
     if args.scale is not None:
         try:
@@ -320,13 +372,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--scale: expected comma-separated node counts, got {args.scale!r}")
         if min(sizes, default=0) < 1 or min(args.events, args.job_nodes, args.rounds) < 1 or args.warm_s < 0:
             parser.error("--scale sizes, --events, --job-nodes and --rounds must be positive, --warm-s not negative")
+        if args.snapshot_parts < 0:
+            parser.error("--snapshot-parts: the commit interval in seconds must not be negative")
         print(f"the worker's hot path per event (BatchLoop._process, default detectors, no broker); "
               f"{args.events:,} timed events per size after {args.warm_s} s of event time untimed; jobs of at most "
               f"{args.job_nodes:,} nodes; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         print(f"{'nodes':>7} {'GPUs':>8} {'events':>8} {'us/event':>9} {'vs 512':>7} {'gc':>5} {'MiB/1k GPUs':>12} "
               f"{'entries':>10} {'snap ms':>8} {'snap MiB':>8}  (RSS delta; one task snapshot, as each commit "
               f"writes it)")
-        scale(sizes, args.events, args.warm_s, args.job_nodes, args.profile, args.rounds)
+        scale(sizes, args.events, args.warm_s, args.job_nodes, args.profile, args.rounds, args.snapshot_parts)
         return 0
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
