@@ -9,7 +9,12 @@ is handed over with its exact bytes and headers: the agent verifies the
 detached signature over those bytes, never over a re-encoding.
 
 The consumer is created lazily and re-created after a failure: training
-must start and keep running even while the broker is unreachable.
+must start and keep running even while the broker is unreachable. It is also
+re-created when it has held no partition of the topic for `assign_timeout_s`
+(never assigned, or left empty by a rebalance): an agent that silently reads
+nothing never obeys a restart. The demo once lost a spare's restart with
+nothing in that agent's log to tell a deaf feed from a lost command, so every
+new assignment is logged: an agent's log says when it started listening.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kafka import KafkaConsumer
@@ -34,7 +40,8 @@ class KafkaCommandFeed:
     """Polls action commands; offsets are committed only after the agent handled them."""
 
     def __init__(self, *, servers: str, topic: str, group_id: str,
-                 client_options: dict[str, Any] | None = None) -> None:
+                 client_options: dict[str, Any] | None = None, assign_timeout_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._config = dict(bootstrap_servers=servers, group_id=group_id, enable_auto_commit=False,
                             auto_offset_reset="earliest", client_id=group_id,
                             bootstrap_timeout_ms=5000,  # retried by the caller; keeps close() prompt
@@ -43,13 +50,20 @@ class KafkaCommandFeed:
         self._consumer: KafkaConsumer | None = None
         self._codec = Codec()
         self._dirty = False
+        self.group_id = group_id
+        self.assign_timeout_s = assign_timeout_s
+        self._clock = clock
+        self._unassigned_since: float | None = None  # since when the consumer has held no partition
+        self._partitions: list[int] = []  # the assignment last logged
 
     def poll(self, timeout_s: float) -> list[Received]:
         """Commands that arrived (possibly none) within `timeout_s`, with their bytes and headers."""
         try:
             if self._consumer is None:
                 self._consumer = KafkaConsumer(self.topic, **self._config)
+                self._unassigned_since, self._partitions = self._clock(), []
             batches = self._consumer.poll(timeout_ms=int(timeout_s * 1000))
+            self._watch_assignment(self._consumer)
         except KafkaError as exc:
             log.warning("command feed: broker unreachable (%s); retrying", exc)
             self.close()
@@ -66,6 +80,23 @@ class KafkaCommandFeed:
                     log.warning("skipping undecodable command at %s[%d]@%d: %s", message.topic,
                                 message.partition, message.offset, exc)
         return out
+
+    def _watch_assignment(self, consumer: KafkaConsumer) -> None:
+        """Log each new assignment; drop a consumer left without a partition for `assign_timeout_s`."""
+        partitions = sorted(tp.partition for tp in consumer.assignment())
+        if partitions:
+            self._unassigned_since = None
+            if partitions != self._partitions:
+                self._partitions = partitions
+                log.info("command feed: reading %s partitions %s as group %s", self.topic, partitions, self.group_id)
+            return
+        now = self._clock()
+        if self._unassigned_since is None:
+            self._unassigned_since = now
+        elif now - self._unassigned_since >= self.assign_timeout_s:
+            log.warning("command feed: group %s has no partition of %s after %.0f s (another agent in the same "
+                        "group?); reconnecting", self.group_id, self.topic, now - self._unassigned_since)
+            self.close()
 
     def commit(self) -> None:
         """Commit what was polled (after it was handled)."""
