@@ -25,6 +25,7 @@ If more than a quarter of a job's (4 or more) nodes look slow, nobody is named.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any
 
@@ -34,6 +35,8 @@ from trainguard.detectors.common import Bounded, Snapshottable, median, rank_map
 from trainguard.schemas.records import NodeGpuSample, TrainingStep
 
 SLOW_THROTTLE_BITS = 0x08 | 0x20 | 0x40 | 0x80
+# Ranks in a step up to which plain sorts beat numpy's per-call cost (measured crossover about 256).
+SMALL_STEP = 128
 
 
 class _Peers(Snapshottable):
@@ -51,6 +54,47 @@ class _Peers(Snapshottable):
 def _lower_quartile(values: np.ndarray) -> float:
     k = len(values) // 4
     return float(np.partition(values, k)[k])
+
+
+def _limit(med: float, scale: float, z: float, min_rel: float) -> float:
+    """The ratio above which a rank is slow: `min_rel` over the median and `z` robust deviations (MAD) above it."""
+    return max(med * (1 + min_rel), med + z * max(scale, 0.005 * med))
+
+
+def _outliers_np(stages: list[tuple[list[float], list[int]]], z: float,
+                 min_rel: float) -> tuple[list[float], list[int]]:
+    """(every rank's ratio to its stage's level, the positions of the slow ones), in numpy: a large step's way."""
+    arrays = [np.asarray(values) for values, _ in stages]
+    fallback = _lower_quartile(np.concatenate(arrays))
+    ratios = np.concatenate([v / (_lower_quartile(v) if len(v) >= 4 else fallback) for v in arrays])
+    med = float(np.median(ratios))
+    scale = 1.4826 * float(np.median(np.abs(ratios - med)))
+    return ratios.tolist(), np.flatnonzero(ratios > _limit(med, scale, z, min_rel)).tolist()
+
+
+def _median_of_sorted(values: list[float]) -> float:
+    """As numpy's median: the middle value, or the mean of the two middle ones."""
+    half = len(values) // 2
+    return values[half] if len(values) % 2 else (values[half - 1] + values[half]) / 2
+
+
+def _outliers_py(stages: list[tuple[list[float], list[int]]], z: float,
+                 min_rel: float) -> tuple[list[float], list[int]] | None:
+    """The same as `_outliers_np`, bit for bit, with plain sorts: a few dozen ranks cost numpy ~90 us of calls
+    and Python ~15 (benchmarks/bench_detectors.py, the backtest). None when a ratio is not finite (an
+    infinite step time): numpy's NaN rules decide that step, as they always did."""
+    every = sorted([v for values, _ in stages for v in values])
+    fallback = every[len(every) // 4]
+    ratios: list[float] = []
+    for values, _ in stages:
+        level = sorted(values)[len(values) // 4] if len(values) >= 4 else fallback
+        ratios += [v / level for v in values]
+    if not math.isfinite(sum(ratios)):
+        return None
+    med = _median_of_sorted(sorted(ratios))
+    scale = 1.4826 * _median_of_sorted(sorted([abs(r - med) for r in ratios]))
+    limit = _limit(med, scale, z, min_rel)
+    return ratios, [i for i, r in enumerate(ratios) if r > limit]
 
 
 class StragglerTracker:
@@ -103,32 +147,27 @@ class StragglerTracker:
         even when a slow node holds up to half of the stage.
         """
         p.finalized = p.step
-        if sum(len(values) for values, _ in p.stages.values()) < 4:
+        stages = list(p.stages.values())
+        size = sum(len(values) for values, _ in stages)
+        if size < 4:
             return
-        # numpy pays here: one pass over a step's worth of ranks (thousands), once per step
-        stages = [(np.asarray(values), ranks) for values, ranks in p.stages.values()]
-        fallback = _lower_quartile(np.concatenate([v for v, _ in stages]))
-        ratios = np.concatenate([v / (_lower_quartile(v) if len(v) >= 4 else fallback) for v, _ in stages])
+        found = _outliers_py(stages, self.z, self.min_rel) if size <= SMALL_STEP else None
+        ratios, slow_at = found if found is not None else _outliers_np(stages, self.z, self.min_rel)
         ranks = [r for _, stage_ranks in stages for r in stage_ranks]
-        med = float(np.median(ratios))
-        scale = 1.4826 * float(np.median(np.abs(ratios - med)))
-        limit = max(med * (1 + self.min_rel), med + self.z * max(scale, 0.005 * med))
-        slow = [ranks[i] for i in np.flatnonzero(ratios > limit).tolist()]
-        if not slow:
-            slow = self._slow_node(p, ranks, ratios)
+        slow = [ranks[i] for i in slow_at] or self._slow_node(p, ranks, ratios)
         for rank in slow:
             hits = p.flags.get(rank)
             if hits is None:
                 p.flags[rank] = hits = deque(maxlen=self.min_hits * 2)
             hits.append(p.step)
 
-    def _slow_node(self, p: _Peers, ranks: list[int], ratios: np.ndarray) -> list[int]:
+    def _slow_node(self, p: _Peers, ranks: list[int], ratios: list[float]) -> list[int]:
         """In a small job one slow node is a large share of the ranks, too many to be outliers among them:
         compare whole nodes instead. A node whose every rank is slower than every rank elsewhere, and
         whose mean is `min_rel` above the next node's, is the straggler."""
         by_node: dict[str, list[float]] = {}
         node_of = p.node_of
-        for rank, ratio in zip(ranks, ratios.tolist()):
+        for rank, ratio in zip(ranks, ratios):
             node = node_of.get(rank, "")
             values = by_node.get(node)
             if values is None:
