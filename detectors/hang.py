@@ -147,12 +147,14 @@ class HangDetector(Detector):
 
     @on(Heartbeat)
     def _heartbeat(self, record: Heartbeat) -> None:
-        job = self._job(record.job, record.ts)
-        job.alive_ts = max(job.alive_ts, record.ts)
+        job = self._jobs.get(record.job) or self._job(record.job, record.ts)
+        if record.ts > job.alive_ts:
+            job.alive_ts = record.ts
         job.rank_beat[record.rank] = record.ts
         if record.rank not in job.rank_node:
             self._place(job, record.job, record.rank, record.node)
-        self._phase(job, record.phase, record.rank, record.ts, record.step, announced=False)
+        if record.phase in PAUSE_PHASES:  # the hot path: a beat while training announces nothing
+            self._phase(job, record.phase, record.rank, record.ts, record.step, announced=False)
 
     @on(NodeGpuSample)
     def _gpu_sample(self, record: NodeGpuSample) -> None:

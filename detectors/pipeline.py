@@ -149,7 +149,9 @@ class DetectionPipeline(Snapshottable):
             self.watermark = ts if ts < self.time_limit else max(self.watermark, self.time_limit)
         cls = record.__class__
         if cls in self._learns:
-            self.nodes.learn(record)
+            # Nearly every step and heartbeat names a node already placed in its job: one lookup, no call.
+            if cls is JobTopology or self.nodes.jobs.get(record.node) != record.job:  # type: ignore[attr-defined]
+                self.nodes.learn(record)
         elif cls in self._stamps and not record.job:  # type: ignore[attr-defined]
             record = self.nodes.stamp(record)
         for handle in self._route.get(cls, ()):
