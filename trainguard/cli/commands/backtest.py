@@ -40,8 +40,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
                    help="progress bar (auto: for recordings over 20 MiB on a terminal)")
     p.add_argument("--no-floor", dest="floor", action="store_false",
-                   help="skip the speed floor: by default the recording is read and decoded once more, alone, "
-                   "and the backtest's events per CPU-second are printed against that")
+                   help="skip the speed floor: by default the recording is also read and decoded alone, once "
+                   "before and once after the run, and the backtest's events per CPU-second are printed against "
+                   "both passes' rate (a shared machine's speed drifts)")
     p.set_defaults(handler=run)
     e = sub.add_parser("backtest-eval", help="simulate and backtest a scenario set; pool quality figures per kind",
                        description="For every *.yaml scenario in DIR: simulate it, backtest the configured "
@@ -58,7 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from trainguard.detectors.pipeline import DetectionPipeline
     from trainguard.lab.backtest.report import build_report, markdown, write_report
-    from trainguard.lab.backtest.runner import read_floor, run_backtest
+    from trainguard.lab.backtest.runner import read_floor, run_backtest, straddled_floor
     from trainguard.lab.backtest.scoring import score
 
     if not args.recording.is_file():
@@ -69,12 +70,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     pipeline = DetectionPipeline.from_settings(settings.detectors)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    floor_before = read_floor(args.recording) if args.floor else 0.0
     with open(args.out, "wb") as out, _progress(args.recording, args.progress) as progress:
         result = run_backtest(args.recording, pipeline, out=out, progress=progress, drain_s=args.drain)
     print(f"{result.events} events, {result.anomalies} anomalies, {len(result.incidents)} incidents -> {args.out} "
           f"({result.events_per_s:,.0f} events/s)")
     if args.floor and result.events:
-        floor, rate = read_floor(args.recording), result.events_per_cpu_s
+        floor, rate = straddled_floor(floor_before, read_floor(args.recording)), result.events_per_cpu_s
         print(f"{rate:,.0f} events per CPU-second; reading and decoding the same file alone: "
               f"{floor:,.0f} (the backtest runs at {rate / max(floor, 1e-9):.2f}x its input's speed)")
     if result.bad_lines:

@@ -193,3 +193,18 @@ def test_backtest_report_decides_every_incident_in_auto_and_says_what_the_breake
     assert any(rule.startswith("nan.") for rule in rows)
     out = capsys.readouterr().out
     assert "decided in auto, nothing executed" in out and "hw_fault.evict_swap_restart" in out
+
+
+def test_the_printed_floor_straddles_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The floor is read before and after the run and judged over both passes, so a machine whose speed
+    drifts during the run does not set the ratio by one pass alone."""
+    from trainguard.lab.backtest import runner
+
+    rec = tmp_path / "r.jsonl"
+    write_recording(rec, steps(50, 99))
+    passes = iter([100_000.0, 300_000.0])
+    monkeypatch.setattr(runner, "read_floor", lambda _path: next(passes))
+    assert main(["backtest", str(rec), "--out", str(tmp_path / "i.jsonl")]) == 0
+    assert "reading and decoding the same file alone: 150,000 " in capsys.readouterr().out
+    assert next(passes, None) is None  # both passes were read
