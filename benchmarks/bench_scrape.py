@@ -112,6 +112,8 @@ def legacy_registry(stats: ProcessorStats, dets: Sequence[object], partitions: i
         for p in range(partitions):
             lag.labels(topic=topic, partition=str(p)).set(10)
     Gauge("trainguard_worker_watermark_seconds", "watermark", registry=registry).set(0.0)
+    Gauge("trainguard_worker_waiting_records", "waiting", registry=registry).set(0.0)
+    Gauge("trainguard_worker_paused_partitions", "paused", registry=registry).set(0.0)
     return registry
 
 

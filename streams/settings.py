@@ -27,6 +27,9 @@ class WorkerSettings(BaseModel):
     web_port: int = Field(6066, ge=1, le=65535)
     batch_within_s: float = Field(0.05, gt=0, description="longest wait for a fetch when input is quiet")
     fetch_max_records: int = Field(5000, ge=1, description="most messages one fetch hands over")
+    max_waiting_records: int = Field(20_000, ge=2, description="records a task may hold for event time before "
+                                                              "the partitions that run ahead are paused (resumed "
+                                                              "under half of it)")
     state_dir: Path = Path(".trainguard/worker")
     max_ahead_s: float = Field(30.0, gt=0, description="a record dated further ahead of its partition or broker "
                                                        "timestamp is held, then dead-lettered; it never moves time")

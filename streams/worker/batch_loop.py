@@ -21,7 +21,9 @@ State is per task (streams.worker.tasks): partition number p of every input
 topic, with its own pipeline, event clock and changelog snapshot. Event
 time comes from each task's `streams.worker.watermark.EventClock`: the minimum
 over the task's partitions, idle ones set aside, wall-clock time only while
-every partition is caught up and the broker answers.
+every partition is caught up and the broker answers. The records a task
+holds for event time are bounded by `backpressure`
+(`streams.worker.backpressure`): the partitions that run ahead are paused.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from aiokafka.errors import IllegalStateError
 from trainguard.schemas.topics import INPUT_TOPICS, Topics
 from trainguard.streams import kafka_io
 from trainguard.streams.worker import snapshot
+from trainguard.streams.worker.backpressure import KEEP, Backpressure, Plan
 from trainguard.streams.worker.metrics import WorkerMetrics
 from trainguard.streams.worker.processor import OutMessage
 from trainguard.streams.worker.tasks import Task, TaskFactory, read_snapshots, task_key
@@ -82,6 +85,7 @@ class BatchLoop:
         commit_interval_s: float = 1.0,
         exactly_once: bool = True,
         instance: str = "worker",
+        backpressure: Backpressure | None = None,
     ) -> None:
         self.broker = broker
         self.topics = topics
@@ -94,6 +98,8 @@ class BatchLoop:
         self.commit_interval_s = commit_interval_s
         self.exactly_once = exactly_once
         self.instance = instance
+        self.backpressure = backpressure  # None: the event buffer is unbounded (tests, benchmarks)
+        self.pauses = 0  # times a task's backpressure started
         self.tasks: dict[int, Task] = {}
         self.ready = False  # assigned and state restored (/readyz)
         self.snapshots = 0
@@ -173,6 +179,7 @@ class BatchLoop:
                     await self._observe_broker(consumer)
                     next_check = now + 0.25
                 outputs = self._process(fetched) if fetched else self._advance()
+                self._pace(consumer)
                 await self._publish(producer, outputs)
                 due = now >= next_commit or (self._txn_since is not None and
                                              time.monotonic() - self._txn_since >= TXN_BUDGET_S)
@@ -219,6 +226,53 @@ class BatchLoop:
         for task in self.tasks.values():
             task.clock.answered(fresh)
 
+
+    def _pace(self, consumer: AIOKafkaConsumer) -> None:
+        """Pause the partitions that run ahead of a task with too many records waiting; resume them.
+
+        aiokafka drops what it prefetched for a paused partition and fetches
+        again from its position on resume, so nothing is skipped, and the
+        offsets committed are those of records already in the buffer.
+        """
+        rule = self.backpressure
+        if rule is None:
+            return
+        waiting = paused = 0
+        for task in self.tasks.values():
+            clock = task.clock
+            held, stopped = len(task.processor.buffer), clock.paused()
+            plan = rule.plan(held, {tp: p.watermark for tp, p in clock.parts.items()}, clock.watermark(),
+                             stopped) if held >= rule.low or stopped else KEEP
+            if plan is not KEEP:
+                self._apply(consumer, task, plan, held, bool(stopped))
+            waiting += held
+            paused += len(stopped) + len(plan.pause) - len(plan.resume)
+        if self.metrics is not None:
+            self.metrics.waiting_records.set(waiting)
+            self.metrics.paused_partitions.set(paused)
+
+    def _apply(self, consumer: AIOKafkaConsumer, task: Task, plan: Plan, waiting: int, was_paused: bool) -> None:
+        try:
+            if plan.pause:
+                consumer.pause(*plan.pause)
+            if plan.resume:
+                consumer.resume(*plan.resume)
+        except IllegalStateError:  # revoked by a rebalance meanwhile: the new assignment starts unpaused
+            return
+        for tp in plan.pause:
+            task.clock.pause(tp)
+        for tp in plan.resume:
+            task.clock.pause(tp, paused=False)
+        now_paused = bool(task.clock.paused())
+        if now_paused and not was_paused:
+            self.pauses += 1
+            log.info("task %d: %d records wait for event time; pausing %d partitions that run ahead of it",
+                     task.number, waiting, len(plan.pause))
+        elif was_paused and not now_paused:
+            log.info("task %d: %d records wait; every partition resumed", task.number, waiting)
+        else:
+            log.debug("task %d: %d records wait; paused %s, resumed %s", task.number, waiting,
+                      sorted(map(str, plan.pause)), sorted(map(str, plan.resume)))
 
     def _advance(self) -> list[OutMessage]:
         """No message: move each task's time as far as its event clock allows."""
@@ -388,6 +442,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             clock = loop.tasks[tp.partition].clock
             if tp not in clock.parts:
                 clock.assign(tp)
+            clock.pause(tp, paused=False)  # aiokafka's new assignment fetches every partition
         for task in loop.tasks.values():
             for tp in set(task.clock.parts) - set(assigned):
                 task.clock.revoke(tp)

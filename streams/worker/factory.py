@@ -20,6 +20,7 @@ from trainguard.detectors.pipeline import DetectionPipeline
 from trainguard.schemas.kafka_config import client_options
 from trainguard.schemas.topics import Topics
 from trainguard.streams.settings import WorkerConfig
+from trainguard.streams.worker.backpressure import Backpressure
 from trainguard.streams.worker.batch_loop import BatchLoop
 from trainguard.streams.worker.metrics import StateCensus, WorkerMetrics
 from trainguard.streams.worker.skew import ClockSkewEstimator
@@ -60,7 +61,8 @@ def create_worker_app(settings: WorkerConfig) -> faust.App:
     loop = BatchLoop(broker=settings.broker, topics=topics, factory=factory, group_id=f"{w.app_id}.detect",
                      max_records=w.fetch_max_records, poll_timeout_s=w.batch_within_s,
                      lag_interval_s=settings.metrics.lag_interval_s, commit_interval_s=w.commit_interval_s,
-                     exactly_once=w.exactly_once, instance=w.instance or socket.gethostname())
+                     exactly_once=w.exactly_once, instance=w.instance or socket.gethostname(),
+                     backpressure=Backpressure.at(w.max_waiting_records))
     app.trainguard_batch_loop = loop  # type: ignore[attr-defined]
     metrics = None
     if settings.metrics.enabled:

@@ -252,6 +252,8 @@ class WorkerMetrics:
         self.batch_seconds = _Histogram(BATCH_BUCKETS_S)
         self.lag: dict[tuple[str, str], float] = {}  # (logical topic, partition) -> messages behind
         self.watermark = _Gauge()
+        self.waiting_records = _Gauge()  # records the tasks hold for event time (streams.worker.backpressure)
+        self.paused_partitions = _Gauge()  # partitions paused because they run ahead
         self._prefixes: dict[tuple[str, Labels], str] = {}
         self._heads: dict[tuple[str, str], str] = {}
         self._created_blocks: dict[tuple[str, int], str] = {}
@@ -292,6 +294,12 @@ class WorkerMetrics:
                            for (t, p), v in self.lag.items()]))
         out.append(Family("trainguard_worker_watermark_seconds", "gauge", "Newest event time the detectors have seen",
                           [("trainguard_worker_watermark_seconds", (), self.watermark.value)]))
+        out.append(Family("trainguard_worker_waiting_records", "gauge",
+                          "Accepted records that wait for the event-time watermark, over the worker's tasks",
+                          [("trainguard_worker_waiting_records", (), self.waiting_records.value)]))
+        out.append(Family("trainguard_worker_paused_partitions", "gauge",
+                          "Input partitions paused by backpressure because they run ahead in event time",
+                          [("trainguard_worker_paused_partitions", (), self.paused_partitions.value)]))
         return out
 
     def render(self) -> bytes:

@@ -66,6 +66,7 @@ class PartitionTime(Generic[P]):
     last_record_wall: float = NEG_INF
     caught_up: bool = False  # position >= end offset at the last fetch
     known: bool = False  # caught_up was ever learned from the broker (by this process)
+    paused: bool = False  # fetching stopped by backpressure (streams.worker.backpressure): never idle
 
     def __getstate__(self) -> dict[str, Any]:
         return {"watermark": self.watermark, "held": self.held}
@@ -73,7 +74,7 @@ class PartitionTime(Generic[P]):
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Snapshots written before carried the fetch facts too: they are dropped here.
         self.watermark, self.held = state.get("watermark", NEG_INF), state.get("held", [])
-        self.last_record_wall, self.caught_up, self.known = NEG_INF, False, False
+        self.last_record_wall, self.caught_up, self.known, self.paused = NEG_INF, False, False, False
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class EventClock(Generic[P]):
     def assign(self, tp: Hashable, state: PartitionTime[P] | None = None) -> None:
         """Start following a partition (with its restored state, if any): not known until fetched."""
         part = self.parts[tp] = state or PartitionTime()
-        part.last_record_wall, part.caught_up, part.known = NEG_INF, False, False
+        part.last_record_wall, part.caught_up, part.known, part.paused = NEG_INF, False, False, False
         self._newest = max(self._newest, part.watermark)
         self._holding += len(part.held)
 
@@ -231,6 +232,22 @@ class EventClock(Generic[P]):
 
     # ---------------------------------------------------------- broker facts
 
+    def pause(self, tp: Hashable, paused: bool = True) -> None:
+        """Fetching of `tp` was paused (or resumed) by backpressure.
+
+        A paused partition is never set aside as idle: it stopped because it
+        ran ahead, not because its producers fell silent, and its position
+        says nothing about what waits on the broker. Were it idle, time could
+        run on past its unread records and they would arrive late.
+        """
+        part = self.parts.get(tp)
+        if part is not None:
+            part.paused = paused
+
+    def paused(self) -> set[Hashable]:
+        """The partitions paused now."""
+        return {tp for tp, part in self.parts.items() if part.paused}
+
     def observe_fetch(self, tp: Hashable, *, caught_up: bool) -> None:
         """The broker answered a fetch of `tp`: is our position at its end?"""
         part = self.parts.get(tp)
@@ -252,7 +269,8 @@ class EventClock(Generic[P]):
     def _idle(self, part: PartitionTime[P], now: float) -> bool:
         # A held record does not keep its partition active: a forged record on a quiet
         # partition must not stop time (that would disable hang detection).
-        return part.known and part.caught_up and now - part.last_record_wall >= self.idle_after_s
+        return (part.known and part.caught_up and not part.paused
+                and now - part.last_record_wall >= self.idle_after_s)
 
     def watermark(self) -> float:
         """The worker's event time: min over active partitions; -inf while unknown."""

@@ -182,7 +182,8 @@ def test_the_exported_families_keep_their_names_and_types() -> None:
         ("trainguard_worker_detector_state_entries", "gauge"), ("trainguard_worker_detector_evictions", "counter"),
         ("trainguard_worker_anomalies", "counter"), ("trainguard_worker_incidents", "counter"),
         ("trainguard_worker_batch_seconds", "histogram"), ("trainguard_worker_consumer_lag", "gauge"),
-        ("trainguard_worker_watermark_seconds", "gauge")]
+        ("trainguard_worker_watermark_seconds", "gauge"), ("trainguard_worker_waiting_records", "gauge"),
+        ("trainguard_worker_paused_partitions", "gauge")]
 
 
 def test_sample_values_are_written_as_prometheus_client_writes_them() -> None:
