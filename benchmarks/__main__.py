@@ -3,7 +3,8 @@
 Each benchmark runs as its own process (`python -m benchmarks.bench_<name>`),
 so one that fails or leaves state behind does not affect the next; each
 prints its own figures. Names given on the command line (e.g. `codec`)
-select a subset.
+select a subset; options after one name go to that benchmark
+(`python -m benchmarks pipeline --compare-backpressure`).
 """
 
 from __future__ import annotations
@@ -22,15 +23,20 @@ def discover() -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    wanted = list(sys.argv[1:] if argv is None else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    split = next((i for i, a in enumerate(given) if a.startswith("-")), len(given))
+    wanted, options = given[:split], given[split:]
     names = [n for n in discover() if not wanted or n.removeprefix("bench_") in wanted or n in wanted]
     if not names:
         print(f"no benchmark matches {wanted}; known: {', '.join(discover())}", file=sys.stderr)
         return 2
+    if options and len(names) != 1:
+        print(f"options {' '.join(options)} need exactly one benchmark named before them", file=sys.stderr)
+        return 2
     failed = []
     for name in names:
         print(f"== {name} ==", flush=True)
-        if subprocess.run([sys.executable, "-m", f"benchmarks.{name}"], cwd=ROOT).returncode != 0:
+        if subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *options], cwd=ROOT).returncode != 0:
             failed.append(name)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -129,16 +130,20 @@ def preload(servers: str, topics: Topics, nodes: int, count: int) -> int:
 
 
 @contextmanager
-def worker(servers: str, prefix: str, workdir: Path, *, exactly_once: bool = True) -> Iterator[tuple[int, int]]:
-    """A real `trainguard worker` process; yields its metrics port and pid."""
+def worker(servers: str, prefix: str, workdir: Path, *, exactly_once: bool = True,
+           max_waiting: int | None = None) -> Iterator[tuple[int, int]]:
+    """A real `trainguard worker` process; yields its metrics port and pid. Its log is `<workdir>/<prefix>log`."""
     port = 19_000 + uuid.uuid4().int % 2000
-    config = {"broker": {"bootstrap": servers}, "topics": {"prefix": prefix},
-              "worker": {"app_id": f"bench-{prefix}", "state_dir": str(workdir / prefix), "exactly_once": exactly_once},
+    section: dict[str, object] = {"app_id": f"bench-{prefix}", "state_dir": str(workdir / prefix),
+                                  "exactly_once": exactly_once}
+    if max_waiting is not None:
+        section["max_waiting_records"] = max_waiting
+    config = {"broker": {"bootstrap": servers}, "topics": {"prefix": prefix}, "worker": section,
               "metrics": {"port": port}}
     path = workdir / f"{prefix}yaml"
     path.write_text(yaml.safe_dump(config))
     log = (workdir / f"{prefix}log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "trainguard.cli", "-c", str(path), "worker"],
+    proc = subprocess.Popen([sys.executable, "-m", "trainguard.cli", "-c", str(path), "worker", "--loglevel", "info"],
                             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         yield port, proc.pid
@@ -222,32 +227,62 @@ def load_backlog(servers: str, nodes: int, count: int) -> Backlog:
     return Backlog(prefix, total, topics, partitions)
 
 
+@dataclass(frozen=True)
+class Drain:
+    """One worker's drain of a backlog."""
+
+    per_s: float  # events per wall second
+    per_cpu_s: float  # events per CPU-second of the worker process
+    peak_rss_mib: float  # the worker's peak resident memory (VmHWM)
+    largest_snapshot: int  # bytes of its largest task snapshot (from its log at stop; 0 when unknown)
+
+
 def measure_throughput(servers: str, workdir: Path, backlog: Backlog,
-                       *, exactly_once: bool = True) -> tuple[float, float]:
-    """(events per wall second, events per worker CPU second) draining a pre-loaded backlog.
+                       *, exactly_once: bool = True, max_waiting: int | None = None) -> Drain:
+    """Drain a pre-loaded backlog with one worker: events per wall and per CPU second, memory, snapshot size.
 
     On a shared machine the worker does not get a whole core; events per CPU
-    second is what it would sustain on a dedicated one.
+    second is what it would sustain on a dedicated one. `max_waiting` sets
+    `worker.max_waiting_records` (None: its default).
     """
     # the batch loop's group (streams/worker/factory.py)
     progress = CommittedProgress(servers, f"bench-{backlog.prefix}.detect", backlog.names)
+    rates: tuple[float, float] | None = None
     try:
-        with worker(servers, backlog.prefix, workdir, exactly_once=exactly_once) as (_port, pid):
-            first: tuple[float, float, int] | None = None
-            deadline = time.monotonic() + 600
-            while time.monotonic() < deadline:
-                done = progress.committed()
-                now, cpu = time.perf_counter(), cpu_seconds(pid)
-                if done and first is None:
-                    first = (now, cpu, done)
-                if done >= progress.total and first is not None:
-                    if first[2] >= progress.total:
-                        raise RuntimeError("the backlog drained within one commit: raise --events")
-                    return (done - first[2]) / (now - first[0]), (done - first[2]) / max(1e-9, cpu - first[1])
-                time.sleep(0.1)
+        with worker(servers, backlog.prefix, workdir, exactly_once=exactly_once,
+                    max_waiting=max_waiting) as (_port, pid):
+            rates = _drained(progress, pid)
+            rss = peak_rss_mib(pid)
     finally:
         progress.close()
+    log = (workdir / f"{backlog.prefix}log").read_text(errors="replace")
+    found = re.search(r"the largest task snapshot (\d+) bytes", log)
+    return Drain(rates[0], rates[1], rss, int(found.group(1)) if found else 0)
+
+
+def _drained(progress: CommittedProgress, pid: int) -> tuple[float, float]:
+    """(events per wall second, per CPU second) from the first commit to the one covering the backlog."""
+    first: tuple[float, float, int] | None = None
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        done = progress.committed()
+        now, cpu = time.perf_counter(), cpu_seconds(pid)
+        if done and first is None:
+            first = (now, cpu, done)
+        if done >= progress.total and first is not None:
+            if first[2] >= progress.total:
+                raise RuntimeError("the backlog drained within one commit: raise --events")
+            return (done - first[2]) / (now - first[0]), (done - first[2]) / max(1e-9, cpu - first[1])
+        time.sleep(0.1)
     raise RuntimeError("the worker did not drain the backlog within 10 minutes")
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The peak resident set of a process (Linux /proc VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 # The worker's fetch sizes (streams/worker/batch_loop.py), so every floor reads in batches as large.
@@ -345,6 +380,18 @@ def print_side_by_side(backlog: Backlog, nodes: int, floors: dict[str, float | N
     print(f"  {label:28s} {worker_rate:>9,.0f}")
 
 
+UNBOUNDED = 10**9  # worker.max_waiting_records that never presses
+
+
+def print_backpressure(bounded: Drain, unbounded: Drain) -> None:
+    """The drain with the default bound on waiting records against one without."""
+    print("backpressure (worker.max_waiting_records), one backlog shape drained twice:")
+    for label, d in (("default bound", bounded), ("no bound (10^9)", unbounded)):
+        print(f"  {label:16s} {d.per_cpu_s:>9,.0f} events/CPU-s   peak RSS {d.peak_rss_mib:>7,.0f} MiB   "
+              f"largest task snapshot {d.largest_snapshot / 1e6:>6.1f} MB")
+    print(f"  ratio bounded/unbounded: {bounded.per_cpu_s / max(unbounded.per_cpu_s, 1.0):.2f}x events/CPU-s")
+
+
 def measure_latency(servers: str, workdir: Path, rate: float, seconds: float) -> dict[str, list[float]]:
     """Event-to-anomaly latencies (s) by kind of faults injected into a steady `rate` events/s.
 
@@ -438,6 +485,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--compare-exactly-once", action="store_true",
                         help="also drain the same backlog at-least-once (no transactions, no snapshots) "
                              "and print the ratio")
+    parser.add_argument("--compare-backpressure", action="store_true",
+                        help="also drain the same backlog with worker.max_waiting_records at 10^9 (no bound) and "
+                             "print both drains' events/CPU-s, peak RSS and largest snapshot")
     parser.add_argument("--latency-rate", type=float, help="skip the throughput run; measure latency at this events/s")
     args = parser.parse_args(argv)
     settings = load_settings()
@@ -454,13 +504,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         backlog = load_backlog(servers, args.nodes, args.events)
         floors = measure_floors(servers, backlog)
-        rate, per_cpu_s = measure_throughput(servers, Path(tmp), backlog)
+        drain = measure_throughput(servers, Path(tmp), backlog)
+        rate, per_cpu_s = drain.per_s, drain.per_cpu_s
         print_side_by_side(backlog, args.nodes, floors, per_cpu_s)
         if args.compare_exactly_once:
             again = load_backlog(servers, args.nodes, args.events)
-            _rate0, per_cpu_0 = measure_throughput(servers, Path(tmp), again, exactly_once=False)
+            per_cpu_0 = measure_throughput(servers, Path(tmp), again, exactly_once=False).per_cpu_s
             print(f"exactly-once (transactions + snapshots): {per_cpu_s:,.0f} events/CPU-s; at-least-once baseline "
                   f"{per_cpu_0:,.0f} events/CPU-s; ratio {per_cpu_s / max(per_cpu_0, 1.0):.2f}")
+        if args.compare_backpressure:
+            again = load_backlog(servers, args.nodes, args.events)
+            unbounded = measure_throughput(servers, Path(tmp), again, max_waiting=UNBOUNDED)
+            print_backpressure(drain, unbounded)
         per_node = events_per_node_s()
         print(f"throughput: {rate:,.0f} events/s per worker, wall clock on this shared machine "
               f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
