@@ -153,12 +153,9 @@ class MessageProcessor:
             admit = clock.admit
             clock.touch(tp)
             routed = self.routing is not None and logical in NODE_TOPICS
-            for message in messages:
-                try:
-                    record = self._decode(message, logical)
-                except DecodeError as exc:
-                    out.append(self._dead_letter(message, str(exc)))
-                    continue
+            for message, record in zip(messages, self._decode_all(messages, logical, out)):
+                if record is None:
+                    continue  # dead-lettered, its reason in `out`
                 if routed and not record.job and self._forward(record, message, out):  # type: ignore[attr-defined]
                     continue
                 job = getattr(record, "job", "")
@@ -268,6 +265,26 @@ class MessageProcessor:
         """Advance event time with no message (idle ticks)."""
         anomalies, incidents = self.pipeline.advance(ts)
         return self._outputs(anomalies, incidents)
+
+    def _decode_all(self, messages: Sequence[Message], logical: str, out: list[OutMessage]) -> list[Record | None]:
+        """Each message's record, in order; None where it was dead-lettered (its reason appended to `out`).
+
+        One tight loop over the batch (`Codec.decode_all`) when every message
+        is a plain record of this topic; otherwise message by message, so a
+        bad one is named exactly and the others are kept.
+        """
+        records: list[Record | None] | None = self.codec.decode_all([m.value for m in messages])
+        allowed = _ALLOWED.get(logical)
+        if records is not None and (allowed is None or {r.__class__ for r in records} <= allowed):  # type: ignore[union-attr]
+            return records
+        records = []
+        for message in messages:
+            try:
+                records.append(self._decode(message, logical))
+            except DecodeError as exc:
+                out.append(self._dead_letter(message, str(exc)))
+                records.append(None)
+        return records
 
     def _decode(self, message: Message, logical: str) -> Record:
         if message.value is None:

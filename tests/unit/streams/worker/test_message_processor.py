@@ -11,7 +11,7 @@ import base64
 
 from trainguard.detectors.nan import NanDetector
 from trainguard.detectors.pipeline import DetectionPipeline
-from trainguard.schemas import Codec, DeadLetter, Heartbeat, Incident, TrainingStep
+from trainguard.schemas import Codec, DeadLetter, Heartbeat, Incident, NodeGpuSample, TrainingStep
 from trainguard.schemas.topics import Topics
 from trainguard.streams.worker.processor import MessageProcessor, OutMessage, RawMessage
 from trainguard.streams.worker.watermark import EventClock
@@ -106,3 +106,22 @@ def test_incidents_are_signed_when_the_worker_holds_a_key() -> None:
     ring = KeyRing({"worker": worker.private_key.public_key()})
     assert all(ring.check(m.value, m.headers) == ("worker", "") for m in incidents)
     assert all(m.headers is None for m in out if m.topic != "t.incidents")  # only incidents carry one
+
+
+def test_one_bad_message_in_a_fetch_is_dead_lettered_alone_and_the_rest_are_processed() -> None:
+    """A fetch is decoded in one tight loop only when every message is a plain record of its topic;
+    otherwise message by message, so each bad one is named and every good one still counts."""
+    codec = Codec()
+    steps = [codec.encode(TrainingStep(ts=1.0 + i, job="j", rank=0, node="n0", step=i, loss=3.0)) for i in range(6)]
+    samples = [codec.encode(NodeGpuSample(ts=1.0 + i, node="n0", job="j")) for i in range(6)]
+    beat_on_gpu = codec.encode(Heartbeat(ts=1.0, job="j", rank=0, node="n"))
+    for good, odd, topic, reason in ((steps, b'{"type":"step"', "t.training", "malformed JSON"),
+                                     (steps, None, "t.training", "tombstone"),
+                                     (samples, beat_on_gpu, "t.gpu", "does not belong")):
+        proc = processor()
+        values = [*good[:3], odd, *good[3:]]
+        out = fetch(proc, *(RawMessage(topic=topic, value=v, offset=i) for i, v in enumerate(values)))
+        letters = [codec.decode(m.value) for m in out if m.topic == "t.dead-letter"]
+        assert [(reason in d.reason, d.offset) for d in letters] == [(True, 3)], letters
+        assert proc.stats.processed == 7 and proc.stats.dead_lettered == 1
+        assert proc.pipeline.watermark == 6.0  # the six good records reached the detectors
