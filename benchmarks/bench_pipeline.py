@@ -5,9 +5,7 @@
    already in memory, our codec), aiokafka's consumer + decode (the client
    the worker runs), and confluent-kafka's (librdkafka) + decode, when the
    `bench` extra is installed. Each is events per CPU-second of this process
-   (librdkafka's threads included). Each decodes a fetch at a time the way
-   the worker does (`Codec.decode_all`), so the floors are as fast as the
-   codec allows.
+   (librdkafka's threads included).
 2. **Throughput.** Pre-load the input topics with N realistic events of a
    fleet (an 8-GPU sample per node per second, a step per rank every
    `step_s`, a heartbeat per rank every 5 s), then start one worker and time
@@ -302,20 +300,11 @@ def measure_floors(servers: str, backlog: Backlog) -> dict[str, float | None]:
             "aiokafka + decode": asyncio.run(_aiokafka_read(servers, backlog))[0]}
 
 
-def decode_batch(codec: Codec, values: list[bytes]) -> int:
-    """Decode one fetch's values the fastest way the codec offers (the worker's way): in one tight loop
-    (`Codec.decode_all`), one by one only if that refuses; the number decoded."""
-    if codec.decode_all(values) is None:
-        for value in values:
-            codec.decode(value)
-    return len(values)
-
-
 def _decode_only(values: list[bytes]) -> float:
-    codec = Codec()
+    decode = Codec().decode
     started = time.process_time()
-    for i in range(0, len(values), MAX_RECORDS):
-        decode_batch(codec, values[i:i + MAX_RECORDS])
+    for value in values:
+        decode(value)
     return len(values) / max(1e-9, time.process_time() - started)
 
 
@@ -328,16 +317,16 @@ async def _aiokafka_read(servers: str, backlog: Backlog, *, keep: bool = False) 
     try:
         consumer.assign([AioPartition(t, p) for t, p in backlog.parts()])
         await consumer.seek_to_beginning()
-        codec, seen, started = Codec(), 0, time.process_time()
+        decode, seen, started = Codec().decode, 0, time.process_time()
         deadline = time.monotonic() + FLOOR_TIMEOUT_S
         while seen < backlog.events:
             _before(deadline, seen, backlog)
             for records in (await consumer.getmany(timeout_ms=500, max_records=MAX_RECORDS)).values():
-                values = [record.value for record in records]
-                if keep:
-                    kept.extend(values)
-                else:
-                    decode_batch(codec, values)
+                for record in records:
+                    if keep:
+                        kept.append(record.value)
+                    else:
+                        decode(record.value)
                 seen += len(records)
         return seen / max(1e-9, time.process_time() - started), kept
     finally:
@@ -357,11 +346,13 @@ def _confluent_read(servers: str, backlog: Backlog) -> float | None:
     try:
         started = time.process_time()  # from the assignment: librdkafka's threads fetch from then on
         consumer.assign([CkPartition(t, p, OFFSET_BEGINNING) for t, p in backlog.parts()])
-        codec, seen, deadline = Codec(), 0, time.monotonic() + FLOOR_TIMEOUT_S
+        decode, seen, deadline = Codec().decode, 0, time.monotonic() + FLOOR_TIMEOUT_S
         while seen < backlog.events:
             _before(deadline, seen, backlog)
-            messages = consumer.consume(num_messages=MAX_RECORDS, timeout=0.5)
-            seen += decode_batch(codec, [m.value() or b"" for m in messages if m.error() is None])
+            for message in consumer.consume(num_messages=MAX_RECORDS, timeout=0.5):
+                if message.error() is None:
+                    decode(message.value() or b"")
+                    seen += 1
         return seen / max(1e-9, time.process_time() - started)
     finally:
         consumer.close()
