@@ -9,7 +9,8 @@ what came before the others went quiet, as the old single-node coordinator
 waited), judges the stage with the same pure function act uses, and posts
 the machines it named (none: go on). The others wait for that word and stop
 or carry on; if rank 0 never posts (it is the hung one), they carry on, as
-without a referee.
+without a referee. A rank 0 that has begun gathering (it finished the stage
+later than they did) is waited for one window more: its word is coming.
 
 One referee means one decision, so the ranks never disagree, and every
 stopped rank records it (`stopped-<rank>.json`, in its machine's report as
@@ -37,17 +38,32 @@ def go_on(store: Any, *, stage: str, rank: int, world: int, record: dict[str, An
     """Post this rank's record for `stage`; the machines rank 0 named (stop), or [] (run the next stage)."""
     store.set(f"rec/{stage}/{rank}", json.dumps(record))
     store.add(f"count/{stage}", 1)
-    word = f"decision/{stage}"
+    word, gathering = f"decision/{stage}", f"gathering/{stage}"
     if rank == 0:
+        store.set(gathering, "1")
         records = _gather(store, stage, world, timeout_s)
         named = evaluate_stage(stage, machines, records, ppn).culprits
         store.set(word, json.dumps(named))
         return named
-    try:  # rank 0 answers within its gathering window (3 timeouts) of finishing the stage
-        store.wait([word], datetime.timedelta(seconds=timeout_s * 3.5))
-    except Exception:  # the referee is silent (hung, dead): carry on, as without one
-        return []
-    return [str(m) for m in json.loads(store.get(word))]
+    window = datetime.timedelta(seconds=timeout_s * 3.5)  # rank 0 gathers for 3 timeouts at most
+    for _ in range(2):
+        try:
+            store.wait([word], window)
+            return [str(m) for m in json.loads(store.get(word))]
+        except Exception:  # no word within the window
+            if not _started(store, gathering):
+                return []  # the referee never finished the stage (hung, dead): carry on, as without one
+    return []  # the referee began gathering and went silent for a second window: carry on
+
+
+def _started(store: Any, key: str) -> bool:
+    """Whether rank 0 has begun gathering: it finished the stage later than we did (a loaded host
+    deschedules it), and its word is coming, so we wait one window more instead of running the next
+    stage while it is still deciding (issue 23's CI: a healthy machine ran all_gather after n2 was named)."""
+    try:
+        return bool(store.check([key]))
+    except Exception:  # the store is gone with rank 0
+        return False
 
 
 def _gather(store: Any, stage: str, world: int, timeout_s: float) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ other ranks are simulated by putting their records in the store first.
 from __future__ import annotations
 
 import datetime
+import threading
 import time
 from typing import Any
 
@@ -60,3 +61,21 @@ def test_without_a_referee_the_ranks_carry_on() -> None:
     started = time.monotonic()
     assert call(s, 1, "b") == []
     assert time.monotonic() - started < 3.0
+
+
+def test_a_referee_that_finished_the_stage_late_is_still_heard() -> None:
+    """Rank 0 began gathering but decides after the others' first window: they wait one window more
+    rather than run the next stage (on a loaded host a healthy machine once did, after n2 was named)."""
+    s, server = store("late")
+    referee = dist.PrefixStore("late", dist.TCPStore("127.0.0.1", server.port, 1, False,
+                                                     timeout=datetime.timedelta(seconds=5)))  # rank 0's own client
+    referee.set("gathering/all_to_all", "1")  # rank 0 finished the stage and is gathering
+    posted(s, "all_to_all", 2, "c")
+    started = time.monotonic()
+    timer = threading.Timer(1.0, lambda: referee.set("decision/all_to_all", '["b"]'))  # after the first 0.7 s window
+    timer.start()
+    try:
+        assert call(s, 2, "c") == ["b"]
+    finally:
+        timer.cancel()
+    assert 0.9 < time.monotonic() - started < 3.0
