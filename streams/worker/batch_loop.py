@@ -246,7 +246,7 @@ class BatchLoop:
             if plan is not KEEP:
                 self._apply(consumer, task, plan, held, bool(stopped))
             waiting += held
-            paused += len(stopped) + len(plan.pause) - len(plan.resume)
+            paused += len(clock.paused()) if plan is not KEEP else len(stopped)
         if self.metrics is not None:
             self.metrics.waiting_records.set(waiting)
             self.metrics.paused_partitions.set(paused)
