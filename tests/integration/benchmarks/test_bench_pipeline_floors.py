@@ -11,16 +11,16 @@ import asyncio
 
 import pytest
 
-from benchmarks import bench_pipeline, pipeline_floors
+from benchmarks import bench_pipeline
 
 
 def test_every_floor_reads_the_whole_backlog_and_is_printed_next_to_the_worker(
         kafka: str, capsys: pytest.CaptureFixture[str]) -> None:
     backlog = bench_pipeline.load_backlog(kafka, nodes=16, count=3_000)
     assert backlog.events >= 3_000
-    rate, values = asyncio.run(pipeline_floors._aiokafka_read(kafka, backlog, keep=True))
+    rate, values = asyncio.run(bench_pipeline._aiokafka_read(kafka, backlog, keep=True))
     assert len(values) == backlog.events  # every event once: no partition missed, none read twice
-    floors = pipeline_floors.measure_floors(kafka, backlog)
+    floors = bench_pipeline.measure_floors(kafka, backlog)
     assert set(floors) == {"decode only", "confluent-kafka + decode", "aiokafka + decode"}
     assert all(r is not None and r > 0 for r in floors.values())  # make installs the bench extra
     bench_pipeline.print_side_by_side(backlog, 16, floors, 1_000.0)
