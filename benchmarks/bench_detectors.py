@@ -75,7 +75,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_gc import FETCH, TOPICS, GcClock, Raw, as_fetch, hot_loop
-from benchmarks.bench_pipeline import events_per_node_s, fleet_second
+from benchmarks.fleet_mix import events_per_node_s, fleet_second
 from benchmarks.snapshot_parts import Part, changed, digests, measure, parts
 from trainguard.detectors.pipeline import DetectionPipeline
 from trainguard.detectors.settings import DetectorSettings

@@ -1,6 +1,6 @@
 """The garbage collector's share of the worker's batch hot path, with CPython's defaults and the worker's policy.
 
-The bench mix of `bench_pipeline` (an 8-GPU sample per node per second,
+The bench fleet mix of `benchmarks.fleet_mix` (an 8-GPU sample per node per second,
 steps and heartbeats of 8 ranks per node) is encoded once, then fed as
 aiokafka `ConsumerRecord`s, fetches of 5,000, through the worker's own
 `BatchLoop._process` (decode, event clock, detectors; no broker). Each run
@@ -27,7 +27,7 @@ from typing import Any
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from benchmarks.bench_pipeline import fleet_second
+from benchmarks.fleet_mix import fleet_second
 from trainguard.detectors.pipeline import DetectionPipeline
 from trainguard.schemas.codec import Codec
 from trainguard.schemas.topics import Topics, key_for

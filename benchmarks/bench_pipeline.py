@@ -1,14 +1,14 @@
 """The live pipeline: one real worker process, the real local broker, the default detectors.
 
-1. **The floors.** Read the same backlog, from the same broker, three ways
-   that do nothing but what every consumer must: decode only (the values
-   already in memory, our codec), aiokafka's consumer + decode (the client
-   the worker runs), and confluent-kafka's (librdkafka) + decode, when the
-   `bench` extra is installed. Each is events per CPU-second of this process
-   (librdkafka's threads included).
+1. **The floors** (`benchmarks.pipeline_floors`). Read the same backlog,
+   from the same broker, three ways that do nothing but what every consumer
+   must: decode only (the values already in memory, our codec), aiokafka's
+   consumer + decode (the client the worker runs), and confluent-kafka's
+   (librdkafka) + decode, when the `bench` extra is installed. Each is events
+   per CPU-second of this process (librdkafka's threads included).
 2. **Throughput.** Pre-load the input topics with N realistic events of a
-   fleet (an 8-GPU sample per node per second, a step per rank every
-   `step_s`, a heartbeat per rank every 5 s), then start one worker and time
+   fleet (`benchmarks.fleet_mix`: an 8-GPU sample per node per second, a step
+   per rank every `step_s`, a heartbeat per rank every 5 s), then start one worker and time
    how fast it drains them: progress is the worker group's committed input
    offsets, read from the broker with the admin client, from the first
    commit to the one that covers the backlog (so Faust's start-up is not
@@ -39,94 +39,23 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka import TopicPartition as AioPartition
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from benchmarks.bench_codec import sample
+from benchmarks.fleet_mix import Backlog, events_per_node_s, fleet_second, load_backlog, producer, send_all
+from benchmarks.pipeline_floors import measure_floors, print_side_by_side
+from benchmarks.process_usage import cpu_seconds, peak_rss_mib
 from trainguard.schemas.codec import Codec
-from trainguard.schemas.records import Heartbeat, NodeGpuSample, RdmaPort, RdmaSample, Record, TrainingStep, XidEvent
-from trainguard.schemas.topics import Topics, key_for
+from trainguard.schemas.records import NodeGpuSample, Record, TrainingStep, XidEvent
+from trainguard.schemas.topics import Topics
 from trainguard.settings import load_settings
 from trainguard.streams.admin import BrokerUnreachable, ensure_topics, require_broker
-
-RANKS_PER_NODE = 8
-HEARTBEAT_S = 5
-# A healthy node's 8 RDMA ports (one 400 Gb/s NIC per GPU), each moving ~20 GB/s both ways.
-RDMA_PORTS = [RdmaPort(device=f"mlx5_{i}", port=1, tx_bytes=10**15, rx_bytes=10**15, tx_bps=2e10, rx_bps=2e10)
-              for i in range(RANKS_PER_NODE)]
-
-
-def fleet_second(nodes: int, t: float, second: int, *, step_s: int = 10, rdma: bool = False,
-                 job_nodes: int = 0) -> Iterator[Record]:
-    """The events a healthy `nodes`-node fleet emits in one second of event time.
-
-    One job spans the fleet, or, with `job_nodes`, the fleet splits into the
-    fewest jobs of at most `job_nodes` nodes, all of one size but the last
-    (ranks numbered within each job). With `rdma`, each node also reports its 8 RDMA ports.
-    """
-    template = sample()
-    jobs = max(1, -(-nodes // job_nodes)) if job_nodes > 0 else 1
-    per_job = -(-nodes // jobs)
-    for n in range(nodes):
-        node = f"node-{n:04d}"
-        job = "bench" if jobs == 1 else f"bench-{n // per_job:03d}"
-        yield NodeGpuSample(ts=t, node=node, job=job, gpus=template.gpus)
-        if rdma:
-            yield RdmaSample(ts=t, node=node, job=job, ports=RDMA_PORTS)
-        first = (n % per_job) * RANKS_PER_NODE
-        for r in range(first, first + RANKS_PER_NODE):
-            if (second + r) % step_s == 0:
-                yield TrainingStep(ts=t, job=job, rank=r, node=node, step=second // step_s, loss=2.1,
-                                   grad_norm=0.9, step_time_s=float(step_s), tokens=4_194_304, mfu=0.41)
-            if (second + r) % HEARTBEAT_S == 0:
-                yield Heartbeat(ts=t, job=job, rank=r, node=node, step=second // step_s)
-
-
-def events_per_node_s(step_s: int = 10, *, rdma: bool = False) -> float:
-    """Events per node per second of the mix (1 GPU sample [+ 1 RDMA sample] + steps + heartbeats)."""
-    return 1 + rdma + RANKS_PER_NODE / step_s + RANKS_PER_NODE / HEARTBEAT_S
-
-
-def _producer(servers: str) -> AIOKafkaProducer:
-    # aiokafka, not kafka-python: kafka-python checksums record batches in pure
-    # Python (about 1.3k of these 3 KB events/s here), far too slow to load a worker.
-    return AIOKafkaProducer(bootstrap_servers=servers, acks=1, linger_ms=20, max_batch_size=1 << 20,
-                            max_request_size=8 << 20)
-
-
-async def _send_all(producer: AIOKafkaProducer, codec: Codec, topics: Topics, records: Iterable[Record],
-                    *, flush: bool = True) -> int:
-    sent = 0
-    for record in records:
-        await producer.send(topics.for_record(record), codec.encode(record), key=key_for(record))
-        sent += 1
-    if flush:
-        await producer.flush()
-    return sent
-
-
-def preload(servers: str, topics: Topics, nodes: int, count: int) -> int:
-    """Produce about `count` events of a `nodes`-node fleet; return how many."""
-
-    async def run() -> int:
-        producer, sent, second, t0 = _producer(servers), 0, 0, time.time() - 3600
-        await producer.start()
-        try:
-            while sent < count:
-                sent += await _send_all(producer, Codec(), topics, fleet_second(nodes, t0 + second, second))
-                second += 1
-        finally:
-            await producer.stop()
-        return sent
-
-    return asyncio.run(run())
 
 
 @contextmanager
@@ -192,40 +121,6 @@ def ready(port: int) -> bool:
         return False
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux /proc), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@dataclass(frozen=True)
-class Backlog:
-    """Events pre-loaded on fresh topics of their own prefix."""
-
-    prefix: str
-    events: int
-    topics: Topics
-    partitions: int  # of each topic
-
-    @property
-    def names(self) -> list[str]:
-        """The topics the backlog lies on (the fleet mix has GPU samples, steps and heartbeats)."""
-        return [self.topics.name("gpu"), self.topics.name("training")]
-
-    def parts(self) -> list[tuple[str, int]]:
-        """Every (topic, partition) of the backlog."""
-        return [(t, p) for t in self.names for p in range(self.partitions)]
-
-
-def load_backlog(servers: str, nodes: int, count: int) -> Backlog:
-    """Fresh topics, pre-loaded with about `count` events of a `nodes`-node fleet."""
-    prefix = f"bench{uuid.uuid4().hex[:6]}."
-    topics, partitions = Topics(prefix), load_settings().topics.partitions
-    ensure_topics(servers, topics.all(), partitions=partitions, replication=1)
-    total = preload(servers, topics, nodes, count)
-    print(f"  pre-loaded {total:,} events ({nodes} nodes x {total // max(1, int(nodes * events_per_node_s()))} s)")
-    return Backlog(prefix, total, topics, partitions)
-
 
 @dataclass(frozen=True)
 class Drain:
@@ -276,108 +171,6 @@ def _drained(progress: CommittedProgress, pid: int) -> tuple[float, float]:
         time.sleep(0.1)
     raise RuntimeError("the worker did not drain the backlog within 10 minutes")
 
-
-def peak_rss_mib(pid: int) -> float:
-    """The peak resident set of a process (Linux /proc VmHWM), in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-# The worker's fetch sizes (streams/worker/batch_loop.py), so every floor reads in batches as large.
-PARTITION_FETCH_BYTES, FETCH_BYTES, MAX_RECORDS = 8 << 20, 64 << 20, 5000
-
-
-def measure_floors(servers: str, backlog: Backlog) -> dict[str, float | None]:
-    """Events per CPU-second of reading the backlog and decoding it, and nothing else, three ways.
-
-    None for confluent-kafka when it is not installed (`pip install 'trainguard[bench]'`).
-    """
-    values = asyncio.run(_aiokafka_read(servers, backlog, keep=True))[1]
-    return {"decode only": _decode_only(values),
-            "confluent-kafka + decode": _confluent_read(servers, backlog),
-            "aiokafka + decode": asyncio.run(_aiokafka_read(servers, backlog))[0]}
-
-
-def _decode_only(values: list[bytes]) -> float:
-    decode = Codec().decode
-    started = time.process_time()
-    for value in values:
-        decode(value)
-    return len(values) / max(1e-9, time.process_time() - started)
-
-
-async def _aiokafka_read(servers: str, backlog: Backlog, *, keep: bool = False) -> tuple[float, list[bytes]]:
-    """Read the whole backlog with aiokafka (no group), decoding every value: (events per CPU-s, values kept)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
-                                max_partition_fetch_bytes=PARTITION_FETCH_BYTES, fetch_max_bytes=FETCH_BYTES)
-    await consumer.start()
-    kept: list[bytes] = []
-    try:
-        consumer.assign([AioPartition(t, p) for t, p in backlog.parts()])
-        await consumer.seek_to_beginning()
-        decode, seen, started = Codec().decode, 0, time.process_time()
-        deadline = time.monotonic() + FLOOR_TIMEOUT_S
-        while seen < backlog.events:
-            _before(deadline, seen, backlog)
-            for records in (await consumer.getmany(timeout_ms=500, max_records=MAX_RECORDS)).values():
-                for record in records:
-                    if keep:
-                        kept.append(record.value)
-                    else:
-                        decode(record.value)
-                seen += len(records)
-        return seen / max(1e-9, time.process_time() - started), kept
-    finally:
-        await consumer.stop()
-
-
-def _confluent_read(servers: str, backlog: Backlog) -> float | None:
-    """Read the whole backlog with confluent-kafka (librdkafka), decoding every value; None if not installed."""
-    try:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer
-        from confluent_kafka import TopicPartition as CkPartition
-    except ImportError:
-        return None
-    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"floor-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
-                         "fetch.max.bytes": FETCH_BYTES})
-    try:
-        started = time.process_time()  # from the assignment: librdkafka's threads fetch from then on
-        consumer.assign([CkPartition(t, p, OFFSET_BEGINNING) for t, p in backlog.parts()])
-        decode, seen, deadline = Codec().decode, 0, time.monotonic() + FLOOR_TIMEOUT_S
-        while seen < backlog.events:
-            _before(deadline, seen, backlog)
-            for message in consumer.consume(num_messages=MAX_RECORDS, timeout=0.5):
-                if message.error() is None:
-                    decode(message.value() or b"")
-                    seen += 1
-        return seen / max(1e-9, time.process_time() - started)
-    finally:
-        consumer.close()
-
-
-FLOOR_TIMEOUT_S = 300.0  # a floor that has not read the whole backlog by then never will
-
-
-def _before(deadline: float, seen: int, backlog: Backlog) -> None:
-    if time.monotonic() > deadline:
-        raise RuntimeError(f"a floor read {seen:,} of the backlog's {backlog.events:,} events "
-                           f"in {FLOOR_TIMEOUT_S:.0f} s")
-
-
-def print_side_by_side(backlog: Backlog, nodes: int, floors: dict[str, float | None], worker_rate: float,
-                       label: str = "worker, exactly-once") -> None:
-    """The floors and the worker, events per CPU-second, with the worker's ratio to each."""
-    print(f"events per CPU-second on one backlog of {backlog.events:,} events ({nodes} nodes; load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores):")
-    for name, rate in floors.items():
-        if rate is None:
-            print(f"  {name:28s}  (not installed: pip install 'trainguard[bench]')")
-        else:
-            print(f"  {name:28s} {rate:>9,.0f}   the worker is {worker_rate / rate:.2f}x this floor")
-    print(f"  {label:28s} {worker_rate:>9,.0f}")
 
 
 UNBOUNDED = 10**9  # worker.max_waiting_records that never presses
@@ -436,8 +229,8 @@ def measure_latency(servers: str, workdir: Path, rate: float, seconds: float) ->
 async def _steady(servers: str, topics: Topics, rate: float, seconds: float,
                   sent_at: dict[str, float]) -> tuple[int, int]:
     """Produce the fleet mix at `rate` events/s in 100 ms slices, a fault every 0.25 s; (events, faults)."""
-    codec, producer = Codec(), _producer(servers)
-    await producer.start()
+    codec, kafka = Codec(), producer(servers)
+    await kafka.start()
     nodes = max(1, int(rate / events_per_node_s()))  # a fleet that emits `rate` events/s
     start, sent, second, next_nan, injected = time.time(), 0, 0, time.time(), 0
     backlog: list[Record] = []
@@ -450,15 +243,15 @@ async def _steady(servers: str, topics: Topics, rate: float, seconds: float,
                 slice_size = len(backlog) // 10 + 1
                 second += 1
             chunk, backlog = backlog[:slice_size], backlog[slice_size:]
-            sent += await _send_all(producer, codec, topics, chunk, flush=False)
+            sent += await send_all(kafka, codec, topics, chunk, flush=False)
             while time.time() >= next_nan:
                 fault = _fault(injected)
                 sent_at[fault.job if isinstance(fault, TrainingStep) else fault.node] = fault.ts
-                await _send_all(producer, codec, topics, [fault], flush=False)
+                await send_all(kafka, codec, topics, [fault], flush=False)
                 injected, next_nan = injected + 1, next_nan + 0.25
             await asyncio.sleep(max(0.0, tick + 0.1 - time.time()))
     finally:
-        await producer.stop()
+        await kafka.stop()
     return sent, injected
 
 

@@ -1,7 +1,7 @@
 """Scale-out: the same backlog drained by 1, 2, 4 and 8 workers of one group, each on a core of its own,
 and a takeover after SIGKILL.
 
-The backlog is the `bench_pipeline` mix for a fleet split into many jobs (a
+The backlog is the `benchmarks.fleet_mix` mix for a fleet split into many jobs (a
 job's evidence shares a partition, so one job cannot be split; many jobs
 can), `--events-per-worker` events per worker so every run drains for about
 as long. Each run gets fresh topics with `--partitions` partitions.
@@ -53,7 +53,9 @@ import yaml
 from kafka import KafkaConsumer, TopicPartition
 
 from benchmarks import cores
-from benchmarks.bench_pipeline import _producer, _send_all, cpu_seconds, sample
+from benchmarks.bench_codec import sample
+from benchmarks.fleet_mix import producer, send_all
+from benchmarks.process_usage import cpu_seconds
 from trainguard.schemas.codec import Codec
 from trainguard.schemas.records import NodeGpuSample, Record, TrainingStep
 from trainguard.schemas.topics import Topics
@@ -97,14 +99,14 @@ def fleet_second(nodes: int, nodes_per_job: int, t: float, second: int) -> Itera
 
 def preload(servers: str, topics: Topics, nodes: int, per_job: int, count: int) -> int:
     async def run() -> int:
-        producer, sent, second, t0 = _producer(servers), 0, 0, time.time() - 3600
-        await producer.start()
+        kafka, sent, second, t0 = producer(servers), 0, 0, time.time() - 3600
+        await kafka.start()
         try:
             while sent < count:
-                sent += await _send_all(producer, Codec(), topics, fleet_second(nodes, per_job, t0 + second, second))
+                sent += await send_all(kafka, Codec(), topics, fleet_second(nodes, per_job, t0 + second, second))
                 second += 1
         finally:
-            await producer.stop()
+            await kafka.stop()
         return sent
 
     return asyncio.run(run())

@@ -1,7 +1,7 @@
 """The CPU of one /metrics scrape of the worker, against the size of the detector state.
 
 The default detection pipeline is fed `--seconds` of a healthy fleet (the
-`bench_pipeline` mix: an 8-GPU sample per node per second, steps and
+`benchmarks.fleet_mix` mix: an 8-GPU sample per node per second, steps and
 heartbeats of 8 ranks per node) at 64, 512 and 4,096 nodes; the worker's
 registry then holds that state plus a lag gauge per input partition. One
 scrape is `generate_latest` of the registry, the body the endpoint serves.
@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from benchmarks.bench_pipeline import fleet_second
+from benchmarks.fleet_mix import fleet_second
 from trainguard.detectors.pipeline import DetectionPipeline
 from trainguard.schemas.kinds import ANOMALY_KINDS
 from trainguard.schemas.topics import INPUT_TOPICS, Topics

@@ -1,6 +1,6 @@
 """What estimating each host's clock (`streams.worker.skew`) costs the worker's batch hot path.
 
-The bench mix of `bench_pipeline` (an 8-GPU sample per node per second,
+The bench fleet mix of `benchmarks.fleet_mix` (an 8-GPU sample per node per second,
 steps and heartbeats of 8 ranks per node), encoded once with message
 timestamps, is fed through the worker's own `BatchLoop._process` (decode,
 event clock, detectors; no broker), in fetches of 5,000, by fresh tasks

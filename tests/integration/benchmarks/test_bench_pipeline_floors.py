@@ -11,25 +11,26 @@ import asyncio
 
 import pytest
 
-from benchmarks import bench_pipeline
+from benchmarks import fleet_mix, pipeline_floors
+from trainguard.schemas.topics import Topics
 
 
 def test_every_floor_reads_the_whole_backlog_and_is_printed_next_to_the_worker(
         kafka: str, capsys: pytest.CaptureFixture[str]) -> None:
-    backlog = bench_pipeline.load_backlog(kafka, nodes=16, count=3_000)
+    backlog = fleet_mix.load_backlog(kafka, nodes=16, count=3_000)
     assert backlog.events >= 3_000
-    rate, values = asyncio.run(bench_pipeline._aiokafka_read(kafka, backlog, keep=True))
+    rate, values = asyncio.run(pipeline_floors._aiokafka_read(kafka, backlog, keep=True))
     assert len(values) == backlog.events  # every event once: no partition missed, none read twice
-    floors = bench_pipeline.measure_floors(kafka, backlog)
+    floors = pipeline_floors.measure_floors(kafka, backlog)
     assert set(floors) == {"decode only", "confluent-kafka + decode", "aiokafka + decode"}
     assert all(r is not None and r > 0 for r in floors.values())  # make installs the bench extra
-    bench_pipeline.print_side_by_side(backlog, 16, floors, 1_000.0)
+    pipeline_floors.print_side_by_side(backlog, 16, floors, 1_000.0)
     out = capsys.readouterr().out
     assert f"one backlog of {backlog.events:,} events" in out and "load average" in out
     assert out.count("the worker is") == 3 and "worker, exactly-once" in out
 
 
 def test_a_floor_without_confluent_kafka_says_how_to_install_it(capsys: pytest.CaptureFixture[str]) -> None:
-    backlog = bench_pipeline.Backlog("x.", 10, bench_pipeline.Topics("x."), 1)
-    bench_pipeline.print_side_by_side(backlog, 1, {"confluent-kafka + decode": None, "decode only": 5.0}, 1.0)
+    backlog = fleet_mix.Backlog("x.", 10, Topics("x."), 1)
+    pipeline_floors.print_side_by_side(backlog, 1, {"confluent-kafka + decode": None, "decode only": 5.0}, 1.0)
     assert "pip install 'trainguard[bench]'" in capsys.readouterr().out

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from benchmarks import bench_detectors, bench_gc
-from benchmarks.bench_pipeline import events_per_node_s, fleet_second
+from benchmarks.fleet_mix import events_per_node_s, fleet_second
 from trainguard.schemas.records import Heartbeat, NodeGpuSample, RdmaSample, TrainingStep
 
 MIX = (NodeGpuSample, RdmaSample, TrainingStep, Heartbeat)
