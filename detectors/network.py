@@ -161,10 +161,16 @@ class NetworkDetector(Detector):
     def _shares_healthy(self, rates: list[float]) -> bool:
         """No port below `degraded_ratio` of its busy siblings' median (as `_degraded` judges; NaN: not here)."""
         active = sorted(rates)
-        if any(r != r for r in active):
-            return False
+        total = sum(active)
+        if total != total:
+            return False  # a NaN (or +inf with -inf): the port-by-port path judges it
         k = (len(active) - 1) // 2
         floor_ratio, busy = self.degraded_ratio, self.busy_bps
+        # Every port's siblings' median is active[k] or active[k + 1]. With that largest median idle, or the
+        # slowest port at its share of it, no port can be below its share of a busy median (a healthy
+        # node's sample, nearly always): one comparison instead of a search per port (the hot path).
+        if floor_ratio >= 0 and (active[k + 1] < busy or active[0] >= floor_ratio * active[k + 1]):
+            return True
         for rate in rates:
             mid = active[k] if k < bisect_left(active, rate) else active[k + 1]
             if mid >= busy and rate < floor_ratio * mid:
