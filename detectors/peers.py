@@ -78,16 +78,21 @@ def _median_of_sorted(values: list[float]) -> float:
     return values[half] if len(values) % 2 else (values[half - 1] + values[half]) / 2
 
 
+def _levels(stages: list[tuple[list[float], list[int]]]) -> list[float]:
+    """Each stage's level, as `_outliers_np` takes it: its lower quartile, or the whole step's for a stage
+    under four ranks."""
+    every = sorted([v for values, _ in stages for v in values])
+    fallback = every[len(every) // 4]
+    return [sorted(values)[len(values) // 4] if len(values) >= 4 else fallback for values, _ in stages]
+
+
 def _outliers_py(stages: list[tuple[list[float], list[int]]], z: float,
                  min_rel: float) -> tuple[list[float], list[int]] | None:
     """The same as `_outliers_np`, bit for bit, with plain sorts: a few dozen ranks cost numpy ~90 us of calls
     and Python ~15 (benchmarks/bench_detectors.py, the backtest). None when a ratio is not finite (an
     infinite step time): numpy's NaN rules decide that step, as they always did."""
-    every = sorted([v for values, _ in stages for v in values])
-    fallback = every[len(every) // 4]
     ratios: list[float] = []
-    for values, _ in stages:
-        level = sorted(values)[len(values) // 4] if len(values) >= 4 else fallback
+    for (values, _), level in zip(stages, _levels(stages)):
         ratios += [v / level for v in values]
     if not math.isfinite(sum(ratios)):
         return None
@@ -104,7 +109,7 @@ def _tight(stages: list[tuple[list[float], list[int]]], min_rel: float) -> bool:
     Both flag only a value at least `min_rel` above another (an outlier exceeds the median by that much, a
     slow node's mean exceeds the next node's by that much), and each ratio lies between the smallest and the
     largest. The bound is kept a billionth short so that float rounding in the means cannot reach it. Only
-    maxima, minima and the same stage levels as `_outliers_py`, all in C: most healthy steps of up to 128
+    maxima, minima and the stages' `_levels`, all in C: most healthy steps of up to 128
     ranks end here. Any non-finite value (an infinite step time) is not tight: the full path decides.
 
     >>> _tight([([1.00, 1.02, 1.01, 1.03], [0, 1, 2, 3])], 0.05), _tight([([1.0, 1.0, 1.0, 1.2], [0, 1, 2, 3])], 0.05)
@@ -112,11 +117,8 @@ def _tight(stages: list[tuple[list[float], list[int]]], min_rel: float) -> bool:
     """
     if not all(math.isfinite(max(values)) for values, _ in stages):  # values are > 0: NaN never gets in
         return False
-    every = sorted([v for values, _ in stages for v in values])
-    fallback = every[len(every) // 4]
     highest, lowest = 0.0, math.inf
-    for values, _ in stages:
-        level = sorted(values)[len(values) // 4] if len(values) >= 4 else fallback
+    for (values, _), level in zip(stages, _levels(stages)):
         highest, lowest = max(highest, max(values) / level), min(lowest, min(values) / level)
     return highest < lowest * (1 + min_rel) * (1 - 1e-9)
 
