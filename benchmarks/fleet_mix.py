@@ -99,6 +99,7 @@ def preload(servers: str, topics: Topics, nodes: int, count: int) -> int:
 
     return asyncio.run(run())
 
+
 @dataclass(frozen=True)
 class Backlog:
     """Events pre-loaded on fresh topics of their own prefix."""
