@@ -121,7 +121,6 @@ def ready(port: int) -> bool:
         return False
 
 
-
 @dataclass(frozen=True)
 class Drain:
     """One worker's drain of a backlog."""

@@ -1,9 +1,9 @@
 """Scale-out: the same backlog drained by 1, 2, 4 and 8 workers of one group, each on a core of its own,
 and a takeover after SIGKILL.
 
-The backlog is the `benchmarks.fleet_mix` mix for a fleet split into many jobs (a
-job's evidence shares a partition, so one job cannot be split; many jobs
-can), `--events-per-worker` events per worker so every run drains for about
+The backlog is a GPU sample per node per second and a step per rank every
+10 s, for a fleet split into many jobs (a job's evidence shares a partition,
+so one job cannot be split; many jobs can), `--events-per-worker` events per worker so every run drains for about
 as long. Each run gets fresh topics with `--partitions` partitions.
 
 A core each: the machine's cores are split into shared ones (the broker when
@@ -31,7 +31,6 @@ from its log.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -54,9 +53,8 @@ from kafka import KafkaConsumer, TopicPartition
 
 from benchmarks import cores
 from benchmarks.bench_codec import sample
-from benchmarks.fleet_mix import producer, send_all
+from benchmarks.fleet_mix import Second, preload
 from benchmarks.process_usage import cpu_seconds
-from trainguard.schemas.codec import Codec
 from trainguard.schemas.records import NodeGpuSample, Record, TrainingStep
 from trainguard.schemas.topics import Topics
 from trainguard.settings import load_settings
@@ -97,19 +95,9 @@ def fleet_second(nodes: int, nodes_per_job: int, t: float, second: int) -> Itera
                 yield TrainingStep(ts=t, job=job, rank=r, node=node, step=second // 10, loss=2.1, step_time_s=10.0)
 
 
-def preload(servers: str, topics: Topics, nodes: int, per_job: int, count: int) -> int:
-    async def run() -> int:
-        kafka, sent, second, t0 = producer(servers), 0, 0, time.time() - 3600
-        await kafka.start()
-        try:
-            while sent < count:
-                sent += await send_all(kafka, Codec(), topics, fleet_second(nodes, per_job, t0 + second, second))
-                second += 1
-        finally:
-            await kafka.stop()
-        return sent
-
-    return asyncio.run(run())
+def jobs_mix(nodes: int, nodes_per_job: int) -> Second:
+    """`fleet_second` of this fleet, in the shape `fleet_mix.preload` loads."""
+    return lambda t, second: fleet_second(nodes, nodes_per_job, t, second)
 
 
 class GroupProgress:
@@ -180,7 +168,7 @@ def drain(servers: str, workdir: Path, k: int, plan: cores.CorePlan | None, have
     prefix = f"sc{uuid.uuid4().hex[:6]}."
     topics = Topics(prefix)
     ensure_topics(servers, topics.all(), partitions=args.partitions, replication=1, configs=topics.configs())
-    preload(servers, topics, args.nodes, args.nodes_per_job, args.events_per_worker * k)
+    preload(servers, topics, args.events_per_worker * k, jobs_mix(args.nodes, args.nodes_per_job))
     # the batch loop's group (streams/worker_factory.py); the backlog lies on the gpu and training topics
     progress = GroupProgress(servers, f"scale-{prefix}.detect", [topics.name("gpu"), topics.name("training")])
     affinity = [[c] for c in plan.workers] if plan else [have] * k
@@ -211,7 +199,7 @@ def takeover(servers: str, workdir: Path, have: Sequence[int], args: argparse.Na
     prefix = f"tk{uuid.uuid4().hex[:6]}."
     topics = Topics(prefix)
     ensure_topics(servers, topics.all(), partitions=args.partitions, replication=1, configs=topics.configs())
-    preload(servers, topics, args.nodes, args.nodes_per_job, args.events_per_worker // 2)
+    preload(servers, topics, args.events_per_worker // 2, jobs_mix(args.nodes, args.nodes_per_job))
     workers = start_workers(servers, prefix, args.partitions, workdir, [have, have])
     try:
         deadline = time.monotonic() + 120

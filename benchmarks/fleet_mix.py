@@ -4,8 +4,8 @@ Every benchmark that needs fleet-shaped load uses this one mix (an 8-GPU
 sample per node per second, optionally 8 RDMA ports, a step per rank every
 `step_s`, a heartbeat per rank every 5 s), so their figures describe the same
 traffic: `bench_pipeline` drains it through a worker and reads it back as
-its floors, `bench_detectors`, `bench_scrape` and `bench_gc` feed it in-process,
-`bench_scaleout` splits it into jobs.
+its floors, `bench_detectors`, `bench_scrape` and `bench_gc` feed it in-process.
+`bench_scaleout` loads a many-job mix of its own through the same `preload`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
@@ -25,6 +25,7 @@ from trainguard.schemas.topics import Topics, key_for
 from trainguard.settings import load_settings
 from trainguard.streams.admin import ensure_topics
 
+Second = Callable[[float, int], Iterable[Record]]  # (event time, second number) -> that second's records
 RANKS_PER_NODE = 8
 HEARTBEAT_S = 5
 # A healthy node's 8 RDMA ports (one 400 Gb/s NIC per GPU), each moving ~20 GB/s both ways.
@@ -83,16 +84,16 @@ async def send_all(kafka: AIOKafkaProducer, codec: Codec, topics: Topics, record
     return sent
 
 
-def preload(servers: str, topics: Topics, nodes: int, count: int) -> int:
-    """Produce about `count` events of a `nodes`-node fleet; return how many."""
+def preload(servers: str, topics: Topics, count: int, second: Second) -> int:
+    """Produce about `count` events, one second of `second(t, n)` after another from an hour ago; return how many."""
 
     async def run() -> int:
-        kafka, sent, second, t0 = producer(servers), 0, 0, time.time() - 3600
+        kafka, sent, n, t0 = producer(servers), 0, 0, time.time() - 3600
         await kafka.start()
         try:
             while sent < count:
-                sent += await send_all(kafka, Codec(), topics, fleet_second(nodes, t0 + second, second))
-                second += 1
+                sent += await send_all(kafka, Codec(), topics, second(t0 + n, n))
+                n += 1
         finally:
             await kafka.stop()
         return sent
@@ -124,6 +125,6 @@ def load_backlog(servers: str, nodes: int, count: int) -> Backlog:
     prefix = f"bench{uuid.uuid4().hex[:6]}."
     topics, partitions = Topics(prefix), load_settings().topics.partitions
     ensure_topics(servers, topics.all(), partitions=partitions, replication=1)
-    total = preload(servers, topics, nodes, count)
+    total = preload(servers, topics, count, lambda t, n: fleet_second(nodes, t, n))
     print(f"  pre-loaded {total:,} events ({nodes} nodes x {total // max(1, int(nodes * events_per_node_s()))} s)")
     return Backlog(prefix, total, topics, partitions)
