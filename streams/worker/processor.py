@@ -150,31 +150,8 @@ class MessageProcessor:
             logical = self._logical_of(messages[0].topic)
             stats.processed += len(messages)
             stats.by_topic[logical] = stats.by_topic.get(logical, 0) + len(messages)
-            admit = clock.admit
             clock.touch(tp)
-            routed = self.routing is not None and logical in NODE_TOPICS
-            for message, record in zip(messages, self._decode_all(messages, logical, out)):
-                if record is None:
-                    continue  # dead-lettered, its reason in `out`
-                if routed and not record.job and self._forward(record, message, out):  # type: ignore[attr-defined]
-                    continue
-                job = getattr(record, "job", "")
-                if job and self.routing is not None and self.routing.home(job) != self.routing.task:
-                    out.append(self._misrouted(message, logical, job))
-                    continue
-                if logical == "node-events" and not record.job:  # type: ignore[attr-defined]
-                    record = msgspec.structs.replace(record, job=(message.key or b"").decode())  # type: ignore[call-arg]
-                ts = record.ts
-                if self.skew is not None and message.timestamp > 0:
-                    self._judge_clock(record, ts, message.timestamp / 1000.0, out)
-                verdict = admit(tp, ts, message.timestamp / 1000.0, message, getattr(record, "node", None) or None)
-                if verdict is None:
-                    accepted((ts, record))
-                    continue
-                for held_ts, held in verdict.accept:  # released or confirmed: decode once more (rare)
-                    accepted((held_ts, record if held is message else self._redecode(held)))
-                for held, reason in verdict.reject:
-                    out.append(self._dead_letter(held, reason))
+            self._admit_all(tp, messages, logical, clock, accepted, out)
         pipeline = self.pipeline
         self.buffer.add(batch)
         out.extend(self._release(clock.watermark()))
@@ -182,19 +159,49 @@ class MessageProcessor:
             out.extend(OutMessage(self._node_jobs, node.encode(), job.encode()) for node, job in pipeline.nodes.drain())
         return out
 
-    def _judge_clock(self, record: Record, ts: float, message_ts: float, out: list[OutMessage]) -> None:
-        """Feed the host's clock estimate; a `clock_skew` anomaly when its verdict changes.
+    def _admit_all(self, tp: Hashable, messages: Sequence[Message], logical: str, clock: EventClock[Any],
+                   accepted: Callable[[tuple[float, Record]], None], out: list[OutMessage]) -> None:
+        """One partition's messages: decoded, routed to their job's task, their hosts' clocks noted, and
+        judged by the event clock; what is accepted goes to `accepted` in arrival order.
 
-        Judged before the event clock, so a host a day ahead is seen even
-        though its records are held and dead-lettered. The finding goes
-        straight out: it is about a host's clock, not a fault the pipeline's
-        correlator could turn into an incident.
+        Every record of the worker passes through this loop, so what it reads per record is bound to a
+        local first, and a job's task is looked up once per run of records of the same job.
+
+        A host's clock is judged before the event clock, so a host a day ahead is seen even though its
+        records are held and dead-lettered. Its finding goes straight out: it is about a host's clock, not a
+        fault the pipeline's correlator could turn into an incident.
         """
-        assert self.skew is not None
-        node = getattr(record, "node", "")
-        finding = self.skew.observe(node, ts, message_ts) if node else None
-        if finding is not None:
-            out.extend(self._outputs([skew_anomaly(finding, getattr(record, "job", ""))], []))
+        admit, routing, skew = clock.admit, self.routing, self.skew
+        forwards = routing is not None and logical in NODE_TOPICS
+        rekeys = logical == "node-events"
+        last_job, at_home = "", True
+        for message, record in zip(messages, self._decode_all(messages, logical, out)):
+            if record is None:
+                continue  # dead-lettered, its reason in `out`
+            if forwards and not record.job and self._forward(record, message, out):  # type: ignore[attr-defined]
+                continue
+            job = getattr(record, "job", "")
+            if job and routing is not None:
+                if job != last_job:
+                    last_job, at_home = job, routing.home(job) == routing.task
+                if not at_home:
+                    out.append(self._misrouted(message, logical, job))
+                    continue
+            if rekeys and not record.job:  # type: ignore[attr-defined]
+                record = msgspec.structs.replace(record, job=(message.key or b"").decode())  # type: ignore[call-arg]
+            ts, message_ts, node = record.ts, message.timestamp / 1000.0, getattr(record, "node", None) or None
+            if skew is not None and message_ts > 0 and node:
+                finding = skew.observe(node, ts, message_ts)
+                if finding is not None:
+                    out.extend(self._outputs([skew_anomaly(finding, getattr(record, "job", ""))], []))
+            verdict = admit(tp, ts, message_ts, message, node)
+            if verdict is None:
+                accepted((ts, record))
+                continue
+            for held_ts, held in verdict.accept:  # released or confirmed: decode once more (rare)
+                accepted((held_ts, record if held is message else self._redecode(held)))
+            for held, reason in verdict.reject:
+                out.append(self._dead_letter(held, reason))
 
     def _release(self, limit: float) -> list[OutMessage]:
         """Process the buffered records up to the watermark, in event-time order, then advance to it.
@@ -207,11 +214,8 @@ class MessageProcessor:
         out: list[OutMessage] = []
         pipeline = self.pipeline
         pipeline.time_limit = limit
-        process = pipeline.process
-        for record in self.buffer.release(limit):
-            anomalies, incidents = process(record)
-            if anomalies:
-                out.extend(self._outputs(anomalies, incidents))
+        for anomalies, incidents in pipeline.process_all(self.buffer.release(limit)):
+            out.extend(self._outputs(anomalies, incidents))
         if limit > pipeline.watermark and limit != float("inf"):
             out.extend(self.advance(limit))
         return out
