@@ -164,6 +164,37 @@ class DetectionPipeline(Snapshottable):
             return anomalies, []
         return anomalies, self._correlate(anomalies)
 
+    def process_all(self, records: Iterable[Record]) -> list[tuple[list[Anomaly], list[Incident]]]:
+        """Feed records in order, as `process` one by one would; the findings of those that found any.
+
+        The worker releases records to the pipeline by the thousand (`streams.worker.processor`): one
+        call per release, with the routing table, the node index and the tick bound to locals once,
+        saves a method call and a result tuple per record on every record's path.
+        """
+        found_by: list[tuple[list[Anomaly], list[Incident]]] = []
+        route, nodes, learns, stamps = self._route, self.nodes, self._learns, self._stamps
+        jobs, limit, every = nodes.jobs, self.time_limit, self.tick_every_s
+        for record in records:
+            ts = record.ts
+            if ts > self.watermark:
+                self.watermark = ts if ts < limit else max(self.watermark, limit)
+            cls = record.__class__
+            if cls in learns:
+                if cls is JobTopology or jobs.get(record.node) != record.job:  # type: ignore[attr-defined]
+                    nodes.learn(record)
+            elif cls in stamps and not record.job:  # type: ignore[attr-defined]
+                record = nodes.stamp(record)
+            anomalies: list[Anomaly] = []
+            for handle in route.get(cls, ()):
+                found = handle(record)
+                if found:
+                    anomalies.extend(found)
+            if self.watermark - self._last_tick >= every:
+                anomalies.extend(self._tick(self.watermark))
+            if anomalies:
+                found_by.append((anomalies, self._correlate(anomalies)))
+        return found_by
+
     def advance(self, ts: float) -> tuple[list[Anomaly], list[Incident]]:
         """Move event time forward with no record (e.g. at the end of a replay)."""
         self.watermark = max(self.watermark, ts)
