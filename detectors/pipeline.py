@@ -143,33 +143,17 @@ class DetectionPipeline(Snapshottable):
 
     def process(self, record: Record) -> tuple[list[Anomaly], list[Incident]]:
         """Feed one record; return new anomalies and newly opened incidents."""
-        anomalies: list[Anomaly] = []
-        ts = record.ts
-        if ts > self.watermark:
-            self.watermark = ts if ts < self.time_limit else max(self.watermark, self.time_limit)
-        cls = record.__class__
-        if cls in self._learns:
-            # Nearly every step and heartbeat names a node already placed in its job: one lookup, no call.
-            if cls is JobTopology or self.nodes.jobs.get(record.node) != record.job:  # type: ignore[attr-defined]
-                self.nodes.learn(record)
-        elif cls in self._stamps and not record.job:  # type: ignore[attr-defined]
-            record = self.nodes.stamp(record)
-        for handle in self._route.get(cls, ()):
-            found = handle(record)
-            if found:
-                anomalies.extend(found)
-        if self.watermark - self._last_tick >= self.tick_every_s:
-            anomalies.extend(self._tick(self.watermark))
-        if not anomalies:
-            return anomalies, []
-        return anomalies, self._correlate(anomalies)
+        found = self.process_all((record,))
+        return found[0] if found else ([], [])
 
     def process_all(self, records: Iterable[Record]) -> list[tuple[list[Anomaly], list[Incident]]]:
-        """Feed records in order, as `process` one by one would; the findings of those that found any.
+        """Feed records in order; the (anomalies, incidents) of those that found any, in order.
 
-        The worker releases records to the pipeline by the thousand (`streams.worker.processor`): one
-        call per release, with the routing table, the node index and the tick bound to locals once,
-        saves a method call and a result tuple per record on every record's path.
+        Each record is routed to the handlers declared for its type, time-based detectors tick at most
+        once per `tick_every_s` of event time, and new anomalies are correlated. The worker releases
+        records by the thousand (`streams.worker.processor`) and the backtest reads them by the hundred:
+        one call per batch, with the routing table, the node index and the tick bound to locals once,
+        saves a method call and a result tuple per record on every record's path (`process` is a batch of one).
         """
         found_by: list[tuple[list[Anomaly], list[Incident]]] = []
         route, nodes, learns, stamps = self._route, self.nodes, self._learns, self._stamps
@@ -180,6 +164,7 @@ class DetectionPipeline(Snapshottable):
                 self.watermark = ts if ts < limit else max(self.watermark, limit)
             cls = record.__class__
             if cls in learns:
+                # Nearly every step and heartbeat names a node already placed in its job: one lookup, no call.
                 if cls is JobTopology or jobs.get(record.node) != record.job:  # type: ignore[attr-defined]
                     nodes.learn(record)
             elif cls in stamps and not record.job:  # type: ignore[attr-defined]
