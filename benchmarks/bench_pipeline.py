@@ -273,6 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=300_000, help="backlog size for the throughput run")
     parser.add_argument("--nodes", type=int, default=512, help="fleet size the events describe")
+    parser.add_argument("--rdma", action="store_true",
+                        help="add each node's 8-port RDMA sample per second (the mix docs/sizing.md plans with)")
+    parser.add_argument("--job-nodes", type=int, default=0,
+                        help="split the fleet into jobs of at most this many nodes (0: one job spans the fleet)")
     parser.add_argument("--latency-s", type=float, default=30.0, help="length of the latency run (0: skip it)")
     parser.add_argument("--compare-exactly-once", action="store_true",
                         help="also drain the same backlog at-least-once (no transactions, no snapshots) "
@@ -282,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "print both drains' events/CPU-s, peak RSS and largest snapshot")
     parser.add_argument("--latency-rate", type=float, help="skip the throughput run; measure latency at this events/s")
     args = parser.parse_args(argv)
+    if args.events < 1 or args.nodes < 1 or args.job_nodes < 0:
+        parser.error("--events and --nodes must be positive, --job-nodes not negative")
     settings = load_settings()
     try:
         require_broker(settings)
@@ -294,21 +300,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             lat = measure_latency(servers, Path(tmp), args.latency_rate, args.latency_s)
             _print_latency(lat)
             return 0
-        backlog = load_backlog(servers, args.nodes, args.events)
+        backlog = load_backlog(servers, args.nodes, args.events, rdma=args.rdma, job_nodes=args.job_nodes)
         floors = measure_floors(servers, backlog)
         drain = measure_throughput(servers, Path(tmp), backlog)
         rate, per_cpu_s = drain.per_s, drain.per_cpu_s
         print_side_by_side(backlog, args.nodes, floors, per_cpu_s)
         if args.compare_exactly_once:
-            again = load_backlog(servers, args.nodes, args.events)
+            again = load_backlog(servers, args.nodes, args.events, rdma=args.rdma, job_nodes=args.job_nodes)
             per_cpu_0 = measure_throughput(servers, Path(tmp), again, exactly_once=False).per_cpu_s
             print(f"exactly-once (transactions + snapshots): {per_cpu_s:,.0f} events/CPU-s; at-least-once baseline "
                   f"{per_cpu_0:,.0f} events/CPU-s; ratio {per_cpu_s / max(per_cpu_0, 1.0):.2f}")
         if args.compare_backpressure:
-            again = load_backlog(servers, args.nodes, args.events)
+            again = load_backlog(servers, args.nodes, args.events, rdma=args.rdma, job_nodes=args.job_nodes)
             unbounded = measure_throughput(servers, Path(tmp), again, max_waiting=UNBOUNDED)
             print_backpressure(drain, unbounded)
-        per_node = events_per_node_s()
+        per_node = events_per_node_s(rdma=args.rdma)
         print(f"throughput: {rate:,.0f} events/s per worker, wall clock on this shared machine "
               f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
         print(f"  {per_cpu_s:,.0f} events per worker CPU-second (a dedicated core; target >= 50,000/s)")

@@ -109,22 +109,25 @@ class Backlog:
     events: int
     topics: Topics
     partitions: int  # of each topic
+    rdma: bool = False  # whether the mix has RDMA samples (on a topic of their own)
 
     @property
     def names(self) -> list[str]:
-        """The topics the backlog lies on (the fleet mix has GPU samples, steps and heartbeats)."""
-        return [self.topics.name("gpu"), self.topics.name("training")]
+        """The topics the backlog lies on (GPU samples, steps and heartbeats, and RDMA samples if any)."""
+        kinds = ("gpu", "training", "rdma") if self.rdma else ("gpu", "training")
+        return [self.topics.name(kind) for kind in kinds]
 
     def parts(self) -> list[tuple[str, int]]:
         """Every (topic, partition) of the backlog."""
         return [(t, p) for t in self.names for p in range(self.partitions)]
 
 
-def load_backlog(servers: str, nodes: int, count: int) -> Backlog:
-    """Fresh topics, pre-loaded with about `count` events of a `nodes`-node fleet."""
+def load_backlog(servers: str, nodes: int, count: int, *, rdma: bool = False, job_nodes: int = 0) -> Backlog:
+    """Fresh topics, pre-loaded with about `count` events of a `nodes`-node fleet (`fleet_second`'s options)."""
     prefix = f"bench{uuid.uuid4().hex[:6]}."
     topics, partitions = Topics(prefix), load_settings().topics.partitions
     ensure_topics(servers, topics.all(), partitions=partitions, replication=1)
-    total = preload(servers, topics, count, lambda t, n: fleet_second(nodes, t, n))
-    print(f"  pre-loaded {total:,} events ({nodes} nodes x {total // max(1, int(nodes * events_per_node_s()))} s)")
-    return Backlog(prefix, total, topics, partitions)
+    total = preload(servers, topics, count, lambda t, n: fleet_second(nodes, t, n, rdma=rdma, job_nodes=job_nodes))
+    seconds = total // max(1, int(nodes * events_per_node_s(rdma=rdma)))
+    print(f"  pre-loaded {total:,} events ({nodes} nodes x {seconds} s{', with RDMA' if rdma else ''})")
+    return Backlog(prefix, total, topics, partitions, rdma)

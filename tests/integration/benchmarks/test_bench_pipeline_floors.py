@@ -11,7 +11,9 @@ import asyncio
 
 import pytest
 
-from benchmarks import fleet_mix, pipeline_floors
+from benchmarks import bench_pipeline, fleet_mix, pipeline_floors
+from trainguard.schemas.codec import Codec
+from trainguard.schemas.records import NodeGpuSample, RdmaSample
 from trainguard.schemas.topics import Topics
 
 
@@ -34,3 +36,20 @@ def test_a_floor_without_confluent_kafka_says_how_to_install_it(capsys: pytest.C
     backlog = fleet_mix.Backlog("x.", 10, Topics("x."), 1)
     pipeline_floors.print_side_by_side(backlog, 1, {"confluent-kafka + decode": None, "decode only": 5.0}, 1.0)
     assert "pip install 'trainguard[bench]'" in capsys.readouterr().out
+
+
+def test_a_backlog_with_rdma_and_several_jobs_lies_on_its_three_topics_and_is_read_whole(kafka: str) -> None:
+    backlog = fleet_mix.load_backlog(kafka, nodes=16, count=3_000, rdma=True, job_nodes=4)
+    assert backlog.names[-1].endswith("rdma")  # the floors and the drain's progress read the RDMA topic too
+    _rate, values = asyncio.run(pipeline_floors._aiokafka_read(kafka, backlog, keep=True))
+    assert len(values) == backlog.events
+    records = [Codec().decode(v) for v in values]
+    assert sum(isinstance(r, RdmaSample) for r in records) == sum(isinstance(r, NodeGpuSample) for r in records) > 0
+    assert {r.job for r in records} == {f"bench-{i:03d}" for i in range(4)}  # 16 nodes in jobs of at most 4
+
+
+def test_bench_pipeline_refuses_a_fleet_of_no_nodes_with_exit_code_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        bench_pipeline.main(["--nodes", "0"])
+    assert stop.value.code == 2
+    assert "--nodes must be positive" in capsys.readouterr().err
