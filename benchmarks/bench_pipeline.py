@@ -129,6 +129,7 @@ class Drain:
     per_cpu_s: float  # events per CPU-second of the worker process
     peak_rss_mib: float  # the worker's peak resident memory (VmHWM)
     largest_snapshot: int  # bytes of its largest task snapshot (from its log at stop; 0 when unknown)
+    snapshot_cpu_s: float = 0.0  # CPU seconds all its snapshots took (from its log at stop; 0 when unknown)
 
 
 def measure_throughput(servers: str, workdir: Path, backlog: Backlog,
@@ -150,8 +151,10 @@ def measure_throughput(servers: str, workdir: Path, backlog: Backlog,
     finally:
         progress.close()
     log = (workdir / f"{backlog.prefix}log").read_text(errors="replace")
-    found = re.search(r"the largest task snapshot (\d+) bytes", log)
-    return Drain(rates[0], rates[1], rss, int(found.group(1)) if found else 0)
+    largest = re.search(r"the largest task snapshot (\d+) bytes", log)
+    snapshots = re.search(r"snapshots \(([\d.]+) s of CPU\)", log)
+    return Drain(rates[0], rates[1], rss, int(largest.group(1)) if largest else 0,
+                 float(snapshots.group(1)) if snapshots else 0.0)
 
 
 def _drained(progress: CommittedProgress, pid: int) -> tuple[float, float]:
@@ -173,6 +176,17 @@ def _drained(progress: CommittedProgress, pid: int) -> tuple[float, float]:
 
 
 UNBOUNDED = 10**9  # worker.max_waiting_records that never presses
+
+
+def print_snapshots(drain: Drain, events: int) -> None:
+    """What the drain's state snapshots cost: CPU in all, per event of the backlog, share of the worker's CPU."""
+    if not drain.snapshot_cpu_s:
+        print("  state snapshots: no figure (at-least-once writes none, or the worker's stop line was not found)")
+        return
+    per_event = drain.snapshot_cpu_s / max(events, 1)
+    print(f"  of which state snapshots: {drain.snapshot_cpu_s:.2f} CPU-s in all, {per_event * 1e6:.2f} us per event "
+          f"(about {per_event * drain.per_cpu_s:.0%} of the worker's CPU; largest task snapshot "
+          f"{drain.largest_snapshot / 1e6:.1f} MB)")
 
 
 def print_backpressure(bounded: Drain, unbounded: Drain) -> None:
@@ -318,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"throughput: {rate:,.0f} events/s per worker, wall clock on this shared machine "
               f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
         print(f"  {per_cpu_s:,.0f} events per worker CPU-second (a dedicated core; target >= 50,000/s)")
+        print_snapshots(drain, backlog.events)
         rate = max(rate, 1.0)
         for label, r in (("wall clock", rate), ("dedicated core", per_cpu_s)):
             print(f"  fleet at 1 Hz ({label}): {r * 8:,.0f} GPUs counting GPU samples only (1 event per 8-GPU node "

@@ -105,6 +105,7 @@ class BatchLoop:
         self.snapshots = 0
         self.snapshot_bytes = 0
         self.snapshot_cost_s = 0.0  # CPU seconds of the last commit's snapshots
+        self.snapshot_cpu_s = 0.0  # CPU seconds of every snapshot so far (the stop line; sizing reads it)
         self.largest_snapshot = 0  # bytes of the largest task snapshot written (before any split)
         self.longest_txn_s = 0.0  # wall seconds from a transaction's begin to its commit, worst seen
         self._txn_since: float | None = None  # when the open transaction began (monotonic)
@@ -165,8 +166,9 @@ class BatchLoop:
                 await consumer.stop()
                 await producer.stop()
                 await asyncio.gather(table, return_exceptions=True)
-                log.info("stopped: %d snapshots, the largest task snapshot %d bytes, the longest transaction %.3f s",
-                         self.snapshots, self.largest_snapshot, self.longest_txn_s)
+                log.info("stopped: %d snapshots (%.3f s of CPU), the largest task snapshot %d bytes, "
+                         "the longest transaction %.3f s", self.snapshots, self.snapshot_cpu_s, self.largest_snapshot,
+                         self.longest_txn_s)
 
     async def _loop(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
         next_lag = next_commit = next_check = time.monotonic()
@@ -364,6 +366,7 @@ class BatchLoop:
             self.largest_snapshot = max(self.largest_snapshot, len(blob))
         if dirty:
             self.snapshot_cost_s = cost
+            self.snapshot_cpu_s += cost
         if offsets:
             await producer.send_offsets_to_transaction(offsets, self.group_id)
         await producer.commit_transaction()

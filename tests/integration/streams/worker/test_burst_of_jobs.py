@@ -70,9 +70,11 @@ def test_a_burst_of_new_jobs_commits_in_time_stops_cleanly_and_restores(
     assert _caught_up(kafka, group, topics.name("training"), timeout_s=300), process_output(first)
     first.send_signal(signal.SIGTERM)
     out = process_output(first)
-    figures = re.search(r"the largest task snapshot (\d+) bytes, the longest transaction ([\d.]+) s", out)
+    figures = re.search(r"snapshots \(([\d.]+) s of CPU\), the largest task snapshot (\d+) bytes, "
+                        r"the longest transaction ([\d.]+) s", out)
     assert figures is not None, out
-    largest, longest = int(figures.group(1)), float(figures.group(2))
+    snapshot_cpu, largest, longest = float(figures.group(1)), int(figures.group(2)), float(figures.group(3))
+    assert snapshot_cpu > 0  # the stop line sums every commit's snapshots (bench_pipeline reads it)
     print(f"burst of {JOBS} jobs: largest task snapshot {largest} bytes, longest transaction {longest:.3f} s")
     assert "Traceback" not in out and "InvalidState" not in out and "IllegalState" not in out, out
     assert longest < 15.0, longest  # the transaction timeout; the loop aims at TXN_BUDGET_S
