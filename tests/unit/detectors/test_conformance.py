@@ -53,6 +53,37 @@ def test_check_detector_names_the_broken_promise() -> None:
         check_detector(_Mutates, stream)
 
 
+class _SharesAList(Detector):
+    """Breaks a promise on purpose: one list of losses, kept under its job and under its node.
+
+    A snapshot (pickled without the memo) restores two lists that then drift apart.
+
+    >>> _SharesAList().state_size()
+    0
+    """
+
+    def __init__(self) -> None:
+        super().__init__(instance="shares")
+        self.by_job: dict[str, list[float]] = {}
+        self.by_node: dict[str, list[float]] = {}
+
+    @on(TrainingStep)
+    def _step(self, record: TrainingStep) -> None:
+        losses = self.by_job.setdefault(record.job, [])
+        self.by_node.setdefault(record.node, losses)
+        losses.append(record.loss)
+
+    def state_size(self) -> int:
+        return len(self.by_job)
+
+
+def test_check_detector_names_state_that_is_not_a_tree() -> None:
+    """The round trips pass (this stream never reads the lists back); the tree check still names the fault."""
+    stream = Fleet(seed=1).steps(3)
+    with pytest.raises(AssertionError, match=r"_SharesAList keeps mutable objects reachable twice \(list\)"):
+        check_detector(_SharesAList, stream)
+
+
 @pytest.mark.parametrize("type_name,kind", [
     ("nan", "nan"), ("hw_fault", "hw_fault"), ("network", "network"), ("hang", "hang"), ("slowdown", "slowdown"),
     ("loss_spike", "loss_spike"), ("sdc", "sdc"), ("user_error", "user_error"), ("node_health", "hw_fault"),

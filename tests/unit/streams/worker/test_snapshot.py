@@ -82,3 +82,47 @@ def test_snapshots_are_lz4_and_a_zlib_one_from_before_restores_to_the_same_findi
         assert snap is not None
         assert head + _drive(snap.pipeline, stream[cut:]) == whole
     assert load(b"\x04\x22\x4d\x18 torn") is None  # a torn frame starts fresh, as a torn zlib stream does
+
+
+def test_a_worker_task_snapshot_is_a_tree_with_held_records_and_host_clocks() -> None:
+    """The snapshot is pickled without pickle's memo (detectors.state_tree), so nothing mutable may be reachable
+    twice: not through the detectors, the partitions' clocks with a record held as dated far ahead, the records
+    waiting for the watermark, nor the hosts' clock estimates. A held record comes back and is still held."""
+    from aiokafka.structs import ConsumerRecord, TopicPartition
+
+    from trainguard.detectors.state_tree import shared_mutables
+    from trainguard.schemas.codec import Codec
+    from trainguard.schemas.topics import Topics, key_for
+    from trainguard.streams.worker.skew import ClockSkewEstimator
+    from trainguard.streams.worker.tasks import NodeJobTable, TaskFactory
+    from trainguard.streams.worker.watermark import EventClock
+
+    topics, codec = Topics("t."), Codec()
+    factory = TaskFactory(topics=topics, partitions=1, new_pipeline=_pipeline, new_clock=lambda: EventClock(
+        max_ahead_s=300.0), table=NodeJobTable(), new_skew=ClockSkewEstimator)
+    task = factory.build(0)
+    stream = mixed_stream()[:3000]
+    far = msgspec.structs.replace(stream[-1], ts=stream[-1].ts + 86_400.0)  # a day ahead of the rest: held
+    offsets: dict[str, int] = {}
+
+    def fetch(records: list[Record]) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        fetched: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
+        for record in records:
+            tp = TopicPartition(topics.for_record(record), 0)
+            offsets[tp.topic] = offset = offsets.get(tp.topic, -1) + 1
+            value = codec.encode(record)
+            fetched.setdefault(tp, []).append(ConsumerRecord(
+                topic=tp.topic, partition=0, offset=offset, timestamp=int(record.ts * 1000), timestamp_type=0,
+                key=key_for(record), value=value, checksum=None, serialized_key_size=0,
+                serialized_value_size=len(value), headers=()))
+        return fetched
+
+    task.processor.process_fetch(fetch(stream), task.clock)
+    task.processor.process_fetch(fetch([far]), task.clock)  # alone, last: nothing comes to confirm or reject it
+    held = sum(len(part.held) for part in task.clock.parts.values())
+    assert held == 1 and len(task.processor.skew or ()) >= 3
+    whole = Snapshot(task.processor.pipeline, dict(task.clock.parts), task.processor.buffer.entries(),
+                     skew=task.processor.skew)
+    assert shared_mutables(whole) == []
+    back = load(dump(whole))
+    assert back is not None and sum(len(part.held) for part in back.parts.values()) == 1
