@@ -64,7 +64,6 @@ import gc
 import io
 import multiprocessing
 import os
-import pickle
 import pstats
 import tempfile
 import time
@@ -77,6 +76,7 @@ from typing import Any
 from benchmarks.bench_gc import FETCH, TOPICS, GcClock, Raw, as_fetch, hot_loop
 from benchmarks.fleet_mix import events_per_node_s, fleet_second
 from benchmarks.snapshot_parts import Part, changed, digests, measure, parts
+from trainguard.detectors import state_tree
 from trainguard.detectors.pipeline import DetectionPipeline
 from trainguard.detectors.settings import DetectorSettings
 from trainguard.schemas.codec import Codec
@@ -155,7 +155,7 @@ def state_memory(records: list[Record]) -> tuple[int, int, int]:
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     heap = sum(s.size_diff for s in after.compare_to(before, "filename"))
-    return len(pickle.dumps(pipeline)), heap, sum(d.state_size() for d in pipeline.detectors)
+    return len(state_tree.dumps(pipeline)), heap, sum(d.state_size() for d in pipeline.detectors)
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ Pure: it reads a task and pickles; the caller feeds the records.
 
 from __future__ import annotations
 
-import pickle
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from trainguard.detectors import state_tree
 from trainguard.detectors.common import Snapshottable
 from trainguard.streams.worker.tasks import Task
 
@@ -114,7 +114,7 @@ def leaves(value: Any, path: tuple[Any, ...] = (), depth: int = 0) -> Iterator[t
     """(path, pickle) of each leaf of a part: map entries, down to `MAX_DEPTH` levels."""
     fields = _fields(value, depth)
     if fields is None:
-        yield path, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        yield path, state_tree.dumps(value)
         return
     for key, item in fields.items():
         yield from leaves(item, (*path, key), depth + 1)
@@ -130,7 +130,7 @@ def measure(name: str, value: Any) -> tuple[Part, Digests]:
     best, size = float("inf"), 0
     for _ in range(3):
         started = time.process_time()
-        size = len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        size = len(state_tree.dumps(value))  # as the worker pickles it: without the memo
         best = min(best, time.process_time() - started)
     found = digests(value)
     return Part(name, best, size, len(found), sum(size for _, size in found.values())), found
