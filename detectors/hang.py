@@ -105,6 +105,8 @@ class HangDetector(Detector):
     [('hang', 4.0)]
     """
 
+    state_is_a_tree = True  # checked by detectors.checks (check_state_is_a_tree)
+
     def __init__(
         self,
         *,

@@ -85,6 +85,8 @@ class HardwareDetector(Detector):
     [['n0:0']]
     """
 
+    state_is_a_tree = True  # checked by detectors.checks (check_state_is_a_tree)
+
     def __init__(
         self,
         *,

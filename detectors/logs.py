@@ -115,6 +115,8 @@ class UserErrorDetector(Detector):
     [('user_error', 'ImportError')]
     """
 
+    state_is_a_tree = True  # checked by detectors.checks (check_state_is_a_tree)
+
     def __init__(self, *, instance: str = "user_error", cooldown_s: float = 120.0, silent_startup_nodes: int = 2,
                  silent_startup_window_s: float = 120.0, app_xid_window_s: float = 20.0,
                  crash_grace_s: float = 30.0, max_jobs: int = 10_000) -> None:

@@ -47,6 +47,8 @@ class LossSpikeDetector(Detector):
     [('loss_spike', 6, 'loss')]
     """
 
+    state_is_a_tree = True  # checked by detectors.checks (check_state_is_a_tree)
+
     def __init__(
         self,
         *,

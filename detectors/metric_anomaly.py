@@ -80,6 +80,8 @@ class MetricAnomalyDetector(Detector):
     [('slowdown', 35, 9.0)]
     """
 
+    state_is_a_tree = True  # checked by detectors.checks (check_state_is_a_tree)
+
     def __init__(self, *, instance: str = "metric_anomaly", record: RecordTag = "step", field: str = "step_time_s",
                  name: str = "", per: Literal["job", "node", "rank", "gpu"] = "rank",
                  model: str = "robust_z", model_params: dict[str, Any] | None = None, threshold: float | None = None,

@@ -75,6 +75,8 @@ class NanDetector(Detector):
     [([2], ['n1'])]
     """
 
+    state_is_a_tree = True  # checked by detectors.checks (check_state_is_a_tree)
+
     def __init__(self, *, instance: str = "nan", settle_s: float = 1.0, skew_s: float = 2.0,
                  max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)

@@ -84,6 +84,8 @@ class NetworkDetector(Detector):
     [('network', ['n1'], 10.0)]
     """
 
+    state_is_a_tree = True  # checked by detectors.checks (check_state_is_a_tree)
+
     def __init__(
         self,
         *,

@@ -46,6 +46,8 @@ class NodeHealthDetector(Detector):
     [('hw_fault', ['bad'])]
     """
 
+    state_is_a_tree = True  # checked by detectors.checks (check_state_is_a_tree)
+
     def __init__(
         self,
         *,

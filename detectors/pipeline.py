@@ -135,6 +135,14 @@ class DetectionPipeline(Snapshottable):
                 self._route.setdefault(record_type, []).extend(bound)
         self._tickers = [d for d in self.detectors if type(d).tick is not Detector.tick]
 
+    def is_a_tree(self) -> bool:
+        """Every detector declares its state a tree (`Detector.state_is_a_tree`), so a snapshot may skip the memo.
+
+        The pipeline's own state (the correlator, the node->job index, the clocks) is a tree: trainguard's tests
+        check it with every built-in detector (`detectors.state_tree.shared_mutables`).
+        """
+        return all(type(d).state_is_a_tree for d in self.detectors)
+
     @classmethod
     def from_settings(cls, settings: DetectorSettings) -> DetectionPipeline:
         """Build the configured detector instances (entry-point lookup)."""

@@ -68,6 +68,8 @@ class SdcDetector(Detector):
     [('sdc', [3], ['n3'], 7)]
     """
 
+    state_is_a_tree = True  # checked by detectors.checks (check_state_is_a_tree)
+
     def __init__(self, *, instance: str = "sdc", grace_steps: int = 2, rearm_steps: int = 50,
                  max_jobs: int = 10_000) -> None:
         super().__init__(instance=instance)

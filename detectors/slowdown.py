@@ -81,6 +81,8 @@ class SlowdownDetector(Detector):
     [('slowdown', True)]
     """
 
+    state_is_a_tree = True  # checked by detectors.checks (check_state_is_a_tree)
+
     def __init__(
         self,
         *,

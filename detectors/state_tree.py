@@ -9,15 +9,18 @@ took about a third of the snapshot's CPU and tripled its peak memory
 
 What fast mode gives up is sharing: a mutable object reached twice (one
 list held by two maps) is written twice and restored as two lists, which
-then drift apart. So detector state is a **tree**: no mutable object is
-reachable twice from the pipeline. Immutable values (strings, numbers,
-frozensets, tuples of those) may be shared freely; writing them twice only
-costs bytes. `shared_mutables` finds what breaks the rule; the detector
-conformance suite (`detectors.checks`) runs it on every registered detector,
-built-in or plug-in, and trainguard's own tests run it on the default
-pipeline. A cycle cannot be written without the memo at all: fast mode
-refuses it (ValueError), and `dumps` then writes the ordinary memo pickle,
-which keeps every sharing as it was.
+then drift apart. So fast mode is for state that is a **tree**: no mutable object reachable
+twice. Immutable values (strings, numbers, frozensets, tuples of those) may
+be shared freely; writing them twice only costs bytes. A detector declares
+its state a tree (`Detector.state_is_a_tree`; every built-in does), and the
+worker skips the memo only when every detector of the pipeline has
+(`DetectionPipeline.is_a_tree`): a plug-in that never said so keeps the memo
+and its sharing. `shared_mutables` finds what breaks the rule; the detector
+conformance suite (`detectors.checks`) holds every declaring detector to it,
+and trainguard's own tests hold the pipeline's and the worker's own state to
+it. A cycle cannot be written without the memo at all: fast mode refuses it
+(ValueError), and `dumps` then writes the ordinary memo pickle, which keeps
+every sharing as it was.
 
 Pure: it pickles into memory and reads nothing.
 """
@@ -39,13 +42,15 @@ _IMMUTABLE = (str, bytes, int, float, complex, bool, type(None), frozenset, rang
               types.FunctionType, types.BuiltinFunctionType, np.dtype)
 
 
-def dumps(obj: Any) -> bytes:
-    """`obj` pickled without the memo (fast mode); with it when `obj` holds a cycle.
+def dumps(obj: Any, *, tree: bool = True) -> bytes:
+    """`obj` pickled without the memo (fast mode) when it is a `tree`; with it when not, or when it holds a cycle.
 
     The bytes are an ordinary pickle (`pickle.loads` reads them, and every
-    snapshot written before). Sharing of mutable objects is not kept: the state
-    must be a tree (`shared_mutables`), which only a cycle can contradict here.
+    snapshot written before). Without the memo, sharing of mutable objects is
+    not kept: pass `tree=False` for state not known to be a tree (`shared_mutables`).
     """
+    if not tree:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     out = io.BytesIO()
     pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
     try:

@@ -54,13 +54,15 @@ def test_check_detector_names_the_broken_promise() -> None:
 
 
 class _SharesAList(Detector):
-    """Breaks a promise on purpose: one list of losses, kept under its job and under its node.
+    """Breaks a promise on purpose: it declares its state a tree, and keeps one list under its job and its node.
 
-    A snapshot (pickled without the memo) restores two lists that then drift apart.
+    A snapshot (pickled without the memo) would restore two lists that then drift apart.
 
     >>> _SharesAList().state_size()
     0
     """
+
+    state_is_a_tree = True
 
     def __init__(self) -> None:
         super().__init__(instance="shares")
@@ -77,11 +79,30 @@ class _SharesAList(Detector):
         return len(self.by_job)
 
 
-def test_check_detector_names_state_that_is_not_a_tree() -> None:
+class _SharesAndSaysNot(_SharesAList):
+    """The same sharing, undeclared: its snapshots keep the memo, so there is no claim to hold it to.
+
+    >>> _SharesAndSaysNot().state_size()
+    0
+    """
+
+    state_is_a_tree = False
+
+
+def test_check_detector_names_a_false_claim_of_a_tree() -> None:
     """The round trips pass (this stream never reads the lists back); the tree check still names the fault."""
     stream = Fleet(seed=1).steps(3)
-    with pytest.raises(AssertionError, match=r"_SharesAList keeps mutable objects reachable twice \(list\)"):
+    with pytest.raises(AssertionError, match=r"_SharesAList declares state_is_a_tree but keeps mutable objects "
+                                             r"reachable twice \(list\)"):
         check_detector(_SharesAList, stream)
+    check_detector(_SharesAndSaysNot, stream)  # undeclared: snapshotted with the memo, nothing to prove
+
+
+def test_every_builtin_declares_its_state_a_tree() -> None:
+    """Built-ins are snapshotted without the memo; the conformance run above holds each to it."""
+    builtins = [load(t) for t in TYPES if load(t).__module__.startswith("trainguard.")]
+    assert len(builtins) >= 10
+    assert [cls.__name__ for cls in builtins if not cls.state_is_a_tree] == []
 
 
 @pytest.mark.parametrize("type_name,kind", [

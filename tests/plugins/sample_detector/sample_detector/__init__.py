@@ -23,6 +23,8 @@ class LongStepDetector(Detector):
     [[2]]
     """
 
+    state_is_a_tree = True  # its one set is reachable once: `check_detector` passes, so snapshots may skip the memo
+
     def __init__(self, *, instance: str = "sample_long_step", limit_s: float = 60.0) -> None:
         super().__init__(instance=instance)
         self.limit_s = limit_s

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 import pickle
+import pickletools
 import zlib
 
 import lz4.frame
 import msgspec
 import pytest
 
+from trainguard.detectors.base import Detector
+from trainguard.detectors.dispatch import on
 from trainguard.detectors.pipeline import DetectionPipeline
 from trainguard.detectors.registry import build
 from trainguard.detectors.settings import DetectorSettings
@@ -126,3 +129,44 @@ def test_a_worker_task_snapshot_is_a_tree_with_held_records_and_host_clocks() ->
     assert shared_mutables(whole) == []
     back = load(dump(whole))
     assert back is not None and sum(len(part.held) for part in back.parts.values()) == 1
+
+
+class _SharedLosses(Detector):
+    """A plug-in that shares one list between two maps and does not declare its state a tree.
+
+    >>> _SharedLosses().state_size()
+    0
+    """
+
+    def __init__(self) -> None:
+        super().__init__(instance="shared")
+        self.by_job: dict[str, list[float]] = {}
+        self.by_node: dict[str, list[float]] = {}
+
+    @on(TrainingStep)
+    def _step(self, record: TrainingStep) -> None:
+        losses = self.by_job.setdefault(record.job, [])
+        self.by_node.setdefault(record.node, losses)
+        losses.append(record.loss)
+
+
+def _memo_ops(blob: bytes) -> int:
+    return sum(op.name == "MEMOIZE" for op, _, _ in pickletools.genops(lz4.frame.decompress(blob)))
+
+
+def test_the_memo_is_skipped_only_when_every_detector_declares_a_tree() -> None:
+    """Built-ins only: no memo in the snapshot. With an undeclared plug-in sharing a list: the memo pickle, and
+    the list is still one list after the restore (without the memo it would come back as two)."""
+    step = TrainingStep(ts=1.0, job="j", rank=0, node="n0", step=1, loss=2.0)
+    builtins = DetectionPipeline.from_settings(DetectorSettings())
+    builtins.process(step)
+    assert builtins.is_a_tree() and _memo_ops(dump(Snapshot(builtins, {}, []))) == 0
+    sharing = DetectionPipeline([*DetectionPipeline.from_settings(DetectorSettings()).detectors, _SharedLosses()])
+    sharing.process(step)
+    assert not sharing.is_a_tree()
+    blob = dump(Snapshot(sharing, {}, []))
+    assert _memo_ops(blob) > 0
+    back = load(blob)
+    assert back is not None
+    plugin = back.pipeline.detectors[-1]
+    assert isinstance(plugin, _SharedLosses) and plugin.by_job["j"] is plugin.by_node["n0"]
