@@ -104,7 +104,8 @@ def check_state_is_a_tree(cls: type[Detector], stream: list[Record]) -> None:
         feed(det, part)
         shared = state_tree.shared_mutables(DetectionPipeline([det]))
         assert not shared, (f"{cls.__name__} declares state_is_a_tree but keeps mutable objects reachable twice "
-                            f"({', '.join(sorted(set(shared)))}): a snapshot would restore them as separate copies "
+                            f"or frozensets ({', '.join(sorted(set(shared)))}): a snapshot would restore shared "
+                            "objects as separate copies, and frozensets make fast-mode pickling fail "
                             "(detectors.state_tree)")
 
 

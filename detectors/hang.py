@@ -34,6 +34,8 @@ the job's nodes collapsing to ~0 is recorded as corroborating evidence.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 from trainguard.detectors.base import Detector
 from trainguard.detectors.common import Bounded, Rolling, Snapshottable, finding, rank_map
 from trainguard.detectors.dispatch import on
@@ -83,13 +85,13 @@ class _Job(Snapshottable):
         self.announced = False
         self.exit_ts: float | None = None  # a process of the job exited (the agent said so)
         self.pause_step = -1  # the step the pause was announced at
-        self.pause_key: frozenset[str] = frozenset()  # every phase announced during the pause
+        self.pause_key: set[str] = set()  # every phase announced during the pause (never changed in place)
         self.resumed: set[int] = set()  # ranks past pause_step
         self.nodes: set[str] = set()
         self.spinning: set[str] = set()  # nodes whose GPUs spin while their RDMA is silent
         self.spin_ts: float | None = None  # since when every node of the job spins
         self.saving = False  # a checkpoint started and not yet saved
-        self.last_pause: tuple[int, frozenset[str]] = (-1, frozenset())  # the step and phases of the last pause
+        self.last_pause: tuple[int, AbstractSet[str]] = (-1, set())  # the step and phases of the last pause
         self.pause_progress: float | None = None  # the newest checkpoint copy completed during the pause
 
 
@@ -307,7 +309,7 @@ class HangDetector(Detector):
             self._resume(job, ts)  # announced at a later step: the job stepped since, that pause is over
         if job.paused_by is None:
             job.pause_ts, job.pause_phase, job.announced = ts, phase, announced
-            job.pause_step, job.pause_key = max(job.max_step, step), frozenset((phase,))
+            job.pause_step, job.pause_key = max(job.max_step, step), {phase}
             job.resumed = set()
             job.pause_progress = None
         else:
@@ -334,7 +336,7 @@ class HangDetector(Detector):
             if key not in job.pauses:
                 job.pauses[key] = Rolling(32)  # slow checkpoints are rare: remember enough to have seen one
             job.pauses[key].add(ts - job.pause_ts)
-        job.last_pause = (job.pause_step, job.pause_key)
+        job.last_pause = (job.pause_step, set(job.pause_key))  # a copy: state is a tree (detectors.state_tree)
         job.paused_by = None
         job.resumed = set()
         job.progress_ts = max(job.progress_ts, ts)  # the stall clock restarts after a pause
@@ -431,7 +433,7 @@ class HangDetector(Detector):
         return len(self._jobs) + per_job + len(self._node_job) + len(self._rdma) + len(self._busy)
 
 
-def _allowance(pauses: dict[str, Rolling], phases: frozenset[str]) -> float:
+def _allowance(pauses: dict[str, Rolling], phases: AbstractSet[str]) -> float:
     """The longest confirmed pause of this kind; 0.0 when nothing tells."""
     past = pauses.get(_key(phases))
     if past is not None and len(past):
@@ -445,6 +447,6 @@ def _allowance(pauses: dict[str, Rolling], phases: frozenset[str]) -> float:
     return total
 
 
-def _key(phases: frozenset[str]) -> str:
+def _key(phases: AbstractSet[str]) -> str:
     """The kind of a pause: the checkpoint/eval phases announced in it ("checkpointing+eval")."""
     return "+".join(sorted(phases & MEASURED_PAUSES))

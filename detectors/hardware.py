@@ -103,9 +103,9 @@ class HardwareDetector(Detector):
         self.nvlink_window_s = nvlink_window_s
         self.cooldown_s = cooldown_s
         self.extra_fatal_xids = sorted(extra_fatal_xids or [])
-        self._extra = frozenset(self.extra_fatal_xids)
+        self._extra = set(self.extra_fatal_xids)  # a set, not a frozenset: detectors.state_tree
         self.node_conditions = list(NODE_CONDITIONS if node_conditions is None else node_conditions)
-        self._conditions = frozenset(self.node_conditions) - {OWN_CONDITION}
+        self._conditions = set(self.node_conditions) - {OWN_CONDITION}
         self._nodes: Bounded[str, dict[int, _Gpu]] = Bounded(max(1, max_gpus // 8), DictRows(_Gpu))
         self._fired: Bounded[tuple[str, int, str], float] = Bounded(max_gpus)
         self._node_job: Bounded[str, str] = Bounded(max(1, max_gpus // 8))

@@ -107,7 +107,8 @@ class DetectionPipeline(Snapshottable):
     `detectors.dispatch.HandlerError` here rather than never firing.
     """
 
-    transient = ("_route", "_tickers")  # derived from the detectors: rebuilt on restore, never snapshotted
+    # Derived from the detectors or constant: rebuilt on restore, never snapshotted.
+    transient = ("_route", "_tickers", "_learns", "_stamps")
 
     def __init__(
         self,
@@ -123,12 +124,12 @@ class DetectionPipeline(Snapshottable):
         self.time_limit = float("inf")  # the worker's guarded watermark; unbounded offline
         self._last_tick = float("-inf")
         self.nodes = NodeJobIndex()
-        self._learns = frozenset((*_TEACH_JOB, JobTopology))
-        self._stamps = frozenset(_NEED_JOB)
         self.restore()
 
     def restore(self) -> None:
         """(Re)build the routing table record type -> bound handlers, in detector order, and the tickers."""
+        self._learns = frozenset((*_TEACH_JOB, JobTopology))
+        self._stamps = frozenset(_NEED_JOB)
         self._route: dict[type, list[Handler]] = {}
         for det in self.detectors:
             for record_type, bound in bind(det).items():

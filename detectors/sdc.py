@@ -17,6 +17,7 @@ Second signal: a NaN that recurs at the same step after a restart (the
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from math import isfinite
 
 from trainguard.detectors.base import Detector
@@ -48,7 +49,7 @@ class _Job(Snapshottable):
         self.max_step = -1
         self.pending: Bounded[Group, _Votes] = rank_map()
         self.expected: Bounded[tuple[int, int], int] = rank_map()
-        self.fired: frozenset[int] = frozenset()  # odd ranks already reported in this episode
+        self.fired: AbstractSet[int] = set()  # odd ranks already reported in this episode (never changed in place)
         self.clean = 0  # groups decided in agreement since the last report
         self.nan_steps: dict[int, tuple[int, int, str]] = {}  # attempt -> (step, rank, node)
 
@@ -90,7 +91,7 @@ class SdcDetector(Detector):
         if record.attempt != job.attempt:
             if record.attempt < job.attempt:
                 return out
-            job.attempt, job.max_step, job.fired = record.attempt, -1, frozenset()
+            job.attempt, job.max_step, job.fired = record.attempt, -1, set()
             job.pending.clear()
         if record.checksum is not None:
             found = self._checksum(job, record)
@@ -140,7 +141,7 @@ class SdcDetector(Detector):
         if len(votes) < 2:
             job.clean += 1
             if job.clean >= self.rearm_steps * max(1, len(job.expected)):  # every shard agreed that long
-                job.fired = frozenset()
+                job.fired = set()
             return []
         ranked = sorted(votes.items(), key=lambda kv: (-len(kv[1]), kv[0]))
         ambiguous = len(ranked[0][1]) == len(ranked[1][1])

@@ -10,8 +10,13 @@ took about a third of the snapshot's CPU and tripled its peak memory
 What fast mode gives up is sharing: a mutable object reached twice (one
 list held by two maps) is written twice and restored as two lists, which
 then drift apart. So fast mode is for state that is a **tree**: no mutable object reachable
-twice. Immutable values (strings, numbers, frozensets, tuples of those) may
-be shared freely; writing them twice only costs bytes. A detector declares
+twice. Immutable values (strings, numbers, tuples of those) may be shared
+freely; writing them twice only costs bytes. Frozensets are the exception:
+CPython's fast mode mishandles them (its `save_frozenset` never leaves the
+nesting it enters, python/cpython#146059, fixed upstream in 2026, not in the
+Pythons trainguard supports), so past about 50 of them in one snapshot the
+pickler raises instead of writing. State that is a tree holds sets where it
+would hold frozensets. A detector declares
 its state a tree (`Detector.state_is_a_tree`; every built-in does), and the
 worker skips the memo only when every detector of the pipeline has
 (`DetectionPipeline.is_a_tree`): a plug-in that never said so keeps the memo
@@ -19,8 +24,10 @@ and its sharing. `shared_mutables` finds what breaks the rule; the detector
 conformance suite (`detectors.checks`) holds every declaring detector to it,
 and trainguard's own tests hold the pipeline's and the worker's own state to
 it. A cycle cannot be written without the memo at all: fast mode refuses it
-(ValueError), and `dumps` then writes the ordinary memo pickle, which keeps
-every sharing as it was.
+(ValueError). Whatever fast mode raises (a cycle, frozensets, a snapshot
+from before sets replaced them), `dumps` then writes the ordinary memo
+pickle, which keeps every sharing as it was and raises only what the memo
+pickle itself would.
 
 Pure: it pickles into memory and reads nothing.
 """
@@ -56,13 +63,14 @@ def dumps(obj: Any, *, tree: bool = True) -> bytes:
     try:
         pickler.fast = True
         pickler.dump(obj)
-    except (AttributeError, ValueError):  # no fast mode in this Python, or a cycle fast mode cannot write
+    except Exception:  # noqa: BLE001 - a cycle (ValueError), frozensets (KeyError, SystemError): the memo pickle
         return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     return out.getvalue()
 
 
 def shared_mutables(obj: Any) -> list[str]:
-    """The type names of the mutable objects that `obj`'s pickle reaches more than once (empty: a tree).
+    """The type names of the mutable objects that `obj`'s pickle reaches more than once, and of its
+    frozensets (fast mode cannot write many of them); empty: a tree fast mode writes.
 
     It walks exactly what pickle writes (`__getstate__`, `__reduce__`, transient
     fields left out), with Python's own pickler, so it is for tests and checks,
@@ -71,8 +79,10 @@ def shared_mutables(obj: Any) -> list[str]:
     >>> shared = [1, 2]
     >>> shared_mutables({"a": shared, "b": shared}), shared_mutables({"a": [1, 2], "b": [1, 2]})
     (['list'], [])
-    >>> shared_mutables({"a": "node-1", "b": "node-1", "c": frozenset()})  # immutable: free to share
+    >>> shared_mutables({"a": "node-1", "b": "node-1", "c": (1, "x")})  # immutable: free to share
     []
+    >>> shared_mutables({"phases": frozenset({"eval"})})  # use a set: CPython's fast mode mishandles these
+    ['frozenset']
     """
     finder = _SharingFinder()
     finder.dump(obj)
@@ -88,7 +98,7 @@ class _SharingFinder(pickle._Pickler):  # noqa: SLF001 - the pure-Python pickler
 
     def save(self, obj: Any, save_persistent_id: bool = True) -> None:
         # typeshed leaves out the pure-Python pickler's memo and save: both are in CPython's pickle.py since 2.x
-        if id(obj) in self.memo and _holds_mutable(obj):  # type: ignore[attr-defined]
+        if type(obj) is frozenset or id(obj) in self.memo and _holds_mutable(obj):  # type: ignore[attr-defined]
             self.shared.append(type(obj).__qualname__)
         super().save(obj, save_persistent_id)  # type: ignore[misc]
 

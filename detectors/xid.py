@@ -17,6 +17,7 @@ like application codes: a machine is not evicted on a code we cannot name.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 
@@ -92,7 +93,7 @@ def classify(code: int, message: str = "") -> XidClass:
     return XidClass(code, "unknown", "not in the fatal or application tables")
 
 
-def is_fatal(code: int, extra_fatal: frozenset[int] = frozenset(), message: str = "") -> bool:
+def is_fatal(code: int, extra_fatal: AbstractSet[int] = frozenset(), message: str = "") -> bool:
     """Whether one occurrence of `code` justifies taking the GPU out."""
     if code == RECOVERY_XID:
         return classify(code, message).severity == "fatal" or code in extra_fatal

@@ -9,6 +9,7 @@ immutable values be shared.
 
 from __future__ import annotations
 
+import io
 import pickle
 import pickletools
 
@@ -61,9 +62,26 @@ def test_mutable_objects_reached_twice_are_named() -> None:
     assert shared_mutables([record, record]) == ["_Frozen"]
 
 
-def test_immutable_values_may_be_shared() -> None:
-    key, empty, pair = "node-1", frozenset(), ("node-1", "mlx5_0", 1)
-    assert shared_mutables({"a": (key, empty, pair), "b": (key, empty, pair), "c": _Frozen}) == []
+def test_immutable_values_may_be_shared_but_frozensets_are_named() -> None:
+    key, pair = "node-1", ("node-1", "mlx5_0", 1)
+    assert shared_mutables({"a": (key, pair), "b": (key, pair), "c": _Frozen}) == []
+    assert shared_mutables({"fired": frozenset({3})}) == ["frozenset"]  # fast mode fails past ~50 of them
+
+
+def test_many_frozensets_fall_back_to_the_memo_pickle() -> None:
+    """CPython's fast mode leaks its nesting count on every frozenset (python/cpython#146059): past 50 it raises.
+    `dumps` must still write a correct pickle (the memo one), never fail where the memo pickle would not."""
+    state = {"jobs": [{"fired": frozenset({i}), "ranks": [i]} for i in range(200)]}
+    fast = pickle.Pickler(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL)
+    fast.fast = True
+    try:
+        fast.dump(state)  # KeyError on Python 3.11 (SystemError on some builds); a fixed Python writes it
+        fast_mode_works = True
+    except Exception:  # noqa: BLE001
+        fast_mode_works = False
+    blob = dumps(state)
+    assert pickle.loads(blob) == state
+    assert ("MEMOIZE" in _opcodes(blob)) is not fast_mode_works  # the memo pickle exactly when fast mode failed
 
 
 def test_the_default_pipeline_is_a_tree_mid_stream_and_after_every_fault_kind() -> None:
