@@ -22,7 +22,7 @@ from trainguard.detectors.pipeline import DetectionPipeline
 from trainguard.detectors.registry import build
 from trainguard.detectors.settings import DetectorSettings
 from trainguard.detectors.synthetic import mixed_stream
-from trainguard.schemas.records import Record, TrainingStep
+from trainguard.schemas.records import PhaseChange, Record, TrainingStep
 from trainguard.streams.worker.snapshot import Snapshot, dump, load
 from trainguard.streams.worker.watermark import PartitionTime
 
@@ -170,3 +170,15 @@ def test_the_memo_is_skipped_only_when_every_detector_declares_a_tree() -> None:
     assert back is not None
     plugin = back.pipeline.detectors[-1]
     assert isinstance(plugin, _SharedLosses) and plugin.by_job["j"] is plugin.by_node["n0"]
+
+
+def test_a_task_of_many_paused_jobs_is_still_snapshotted_without_the_memo() -> None:
+    """Every job's pause phases and SDC verdicts once lived in frozensets, which CPython's fast mode cannot write
+    more than about 50 of (python/cpython#146059): a task of many jobs fell back to the slower memo pickle, or
+    before that fallback existed, failed to snapshot at all. Built-in state holds sets now."""
+    pipeline = DetectionPipeline.from_settings(DetectorSettings())
+    for i in range(200):
+        job, node = f"job-{i:03d}", f"node-{i:03d}"
+        pipeline.process(TrainingStep(ts=10.0 + i, job=job, rank=0, node=node, step=1, loss=1.0, checksum="aa"))
+        pipeline.process(PhaseChange(ts=11.0 + i, job=job, rank=0, node=node, phase="checkpointing", step=1))
+    assert _memo_ops(dump(Snapshot(pipeline, {}, []))) == 0
