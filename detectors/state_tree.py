@@ -50,22 +50,31 @@ _IMMUTABLE = (str, bytes, int, float, complex, bool, type(None), frozenset, rang
 
 
 def dumps(obj: Any, *, tree: bool = True) -> bytes:
-    """`obj` pickled without the memo (fast mode) when it is a `tree`; with it when not, or when it holds a cycle.
+    """`obj` pickled without the memo (fast mode) when it is a `tree`; with it when not, or when fast mode fails.
 
     The bytes are an ordinary pickle (`pickle.loads` reads them, and every
     snapshot written before). Without the memo, sharing of mutable objects is
     not kept: pass `tree=False` for state not known to be a tree (`shared_mutables`).
     """
+    return pickled(obj, tree=tree)[0]
+
+
+def pickled(obj: Any, *, tree: bool = True) -> tuple[bytes, bool]:
+    """`dumps`, and whether fast mode wrote it (the worker counts the snapshots that needed the memo).
+
+    >>> pickled({"a": [1]})[1], pickled({"a": [1]}, tree=False)[1]
+    (True, False)
+    """
     if not tree:
-        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), False
     out = io.BytesIO()
     pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
     try:
         pickler.fast = True
         pickler.dump(obj)
     except Exception:  # noqa: BLE001 - a cycle (ValueError), frozensets (KeyError, SystemError): the memo pickle
-        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    return out.getvalue()
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), False
+    return out.getvalue(), True
 
 
 def shared_mutables(obj: Any) -> list[str]:

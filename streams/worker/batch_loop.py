@@ -357,9 +357,13 @@ class BatchLoop:
         cost = 0.0
         for task in dirty:
             started = time.process_time()
-            blob = snapshot.dump(snapshot.Snapshot(task.processor.pipeline, dict(task.clock.parts),
-                                                   task.processor.buffer.entries(), skew=task.processor.skew))
-            cost += time.process_time() - started
+            blob, fast = snapshot.dump_counted(snapshot.Snapshot(
+                task.processor.pipeline, dict(task.clock.parts), task.processor.buffer.entries(),
+                skew=task.processor.skew))
+            spent = time.process_time() - started
+            cost += spent
+            if self.metrics is not None:
+                self.metrics.observe_snapshot(spent, len(blob), fast=fast)
             for key, value in snapshot.pieces(task.key(self.group_id), blob):  # split when big
                 await producer.send(self.topics.name("worker-state"), value, key=key)
             self.snapshots, self.snapshot_bytes, task.dirty = self.snapshots + 1, len(blob), False

@@ -119,6 +119,11 @@ def test_worker_metrics_count_real_messages(kafka: str, worker: tuple[int, Topic
     # detector state is counted by the batch loop every lag interval (0.5 s here), never per scrape
     assert _get(samples, "trainguard_worker_detector_state_entries", detector="hang") > 0
     assert _get(samples, "trainguard_worker_detector_evictions_total", detector="hang") == 0
+    # each commit snapshots the changed tasks: built-in detectors only, so without pickle's memo
+    assert _get(samples, "trainguard_worker_snapshots_total", pickle="fast") >= 1
+    assert _get(samples, "trainguard_worker_snapshots_total", pickle="memo") == 0
+    assert _get(samples, "trainguard_worker_snapshot_cpu_seconds_count") >= 1
+    assert _get(samples, "trainguard_worker_snapshot_bytes") > 0
 
 
 def _settled(samples: Samples) -> bool:
@@ -126,5 +131,6 @@ def _settled(samples: Samples) -> bool:
     events = sum(v for k, v in samples.items() if k[0] == "trainguard_worker_events_total")
     nan_reported = _get(samples, "trainguard_worker_incidents_total", kind="nan") >= 1  # after the NaN settles
     counted = _get(samples, "trainguard_worker_detector_state_entries", detector="hang") > 0
-    return events >= 27 and nan_reported and counted and set(lags) >= {"training", "gpu", "logs"} \
+    snapshotted = _get(samples, "trainguard_worker_snapshots_total", pickle="fast") >= 1
+    return events >= 27 and nan_reported and counted and snapshotted and set(lags) >= {"training", "gpu", "logs"} \
         and not any(lags.values())

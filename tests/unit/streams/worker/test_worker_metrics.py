@@ -183,7 +183,24 @@ def test_the_exported_families_keep_their_names_and_types() -> None:
         ("trainguard_worker_anomalies", "counter"), ("trainguard_worker_incidents", "counter"),
         ("trainguard_worker_batch_seconds", "histogram"), ("trainguard_worker_consumer_lag", "gauge"),
         ("trainguard_worker_watermark_seconds", "gauge"), ("trainguard_worker_waiting_records", "gauge"),
-        ("trainguard_worker_paused_partitions", "gauge")]
+        ("trainguard_worker_paused_partitions", "gauge"), ("trainguard_worker_snapshot_cpu_seconds", "histogram"),
+        ("trainguard_worker_snapshot_bytes", "gauge"), ("trainguard_worker_snapshots", "counter")]
+
+
+def test_snapshots_are_measured_and_counted_by_pickle() -> None:
+    """What a task snapshot costs, how big the last was, and how many needed pickle's memo (the slow path)."""
+    m = WorkerMetrics(stats=ProcessorStats(), topics=TOPICS)
+    m.observe_snapshot(0.004, 180_000, fast=True)
+    m.observe_snapshot(0.3, 4_100_000, fast=False)
+    assert m.value("trainguard_worker_snapshot_cpu_seconds_count") == 2
+    assert m.value("trainguard_worker_snapshot_cpu_seconds_bucket", le="0.005") == 1
+    assert m.value("trainguard_worker_snapshot_cpu_seconds_sum") == 0.304
+    assert m.value("trainguard_worker_snapshot_bytes") == 4_100_000
+    assert m.value("trainguard_worker_snapshots_total", pickle="fast") == 1
+    assert m.value("trainguard_worker_snapshots_total", pickle="memo") == 1
+    text = m.render().decode()
+    assert 'trainguard_worker_snapshots_total{pickle="memo"} 1.0' in text
+    assert "trainguard_worker_snapshot_cpu_seconds_bucket{le=\"0.25\"} 1.0" in text
 
 
 def test_sample_values_are_written_as_prometheus_client_writes_them() -> None:
