@@ -44,6 +44,7 @@ from trainguard.schemas.topics import INPUT_TOPICS, Topics
 from trainguard.settings import load_settings
 from trainguard.streams.worker.metrics import (
     BATCH_BUCKETS_S,
+    SNAPSHOT_BUCKETS_S,
     StateCensus,
     WorkerMetrics,
     detector_evictions,
@@ -114,6 +115,12 @@ def legacy_registry(stats: ProcessorStats, dets: Sequence[object], partitions: i
     Gauge("trainguard_worker_watermark_seconds", "watermark", registry=registry).set(0.0)
     Gauge("trainguard_worker_waiting_records", "waiting", registry=registry).set(0.0)
     Gauge("trainguard_worker_paused_partitions", "paused", registry=registry).set(0.0)
+    Histogram("trainguard_worker_snapshot_cpu_seconds", "snapshot CPU", buckets=SNAPSHOT_BUCKETS_S,
+              registry=registry).observe(0.004)
+    Gauge("trainguard_worker_snapshot_bytes", "snapshot size", registry=registry).set(0.0)
+    snapshots = Counter("trainguard_worker_snapshots", "by pickle", ["pickle"], registry=registry)
+    for pickle in ("fast", "memo"):
+        snapshots.labels(pickle=pickle)
     return registry
 
 

@@ -259,6 +259,7 @@ class WorkerMetrics:
         self.snapshot_seconds = _Histogram(SNAPSHOT_BUCKETS_S)  # CPU per task snapshot (pickle + compress)
         self.snapshot_bytes = _Gauge()  # the last task snapshot written
         self.snapshots = {"fast": 0, "memo": 0}  # by pickle: "memo" is the slower one (docs/stream-core.md)
+        self._snapshots_created = time.time()
         self._prefixes: dict[tuple[str, Labels], str] = {}
         self._heads: dict[tuple[str, str], str] = {}
         self._created_blocks: dict[tuple[str, int], str] = {}
@@ -316,7 +317,8 @@ class WorkerMetrics:
                           "Task snapshots written, by pickle: fast (no memo) or memo (a plug-in not declared a "
                           "tree, or state fast mode could not write)",
                           [("trainguard_worker_snapshots_total", (("pickle", k),), float(n))
-                           for k, n in self.snapshots.items()]))
+                           for k, n in self.snapshots.items()],
+                          [((("pickle", k),), self._snapshots_created) for k in self.snapshots]))
         return out
 
     def render(self) -> bytes:
