@@ -127,7 +127,7 @@ class DetectionPipeline(Snapshottable):
         self.restore()
 
     def restore(self) -> None:
-        """(Re)build the routing table record type -> bound handlers, in detector order, the tickers and the type sets."""
+        """(Re)build the routing table (record type -> bound handlers, in detector order), tickers, type sets."""
         self._learns = frozenset((*_TEACH_JOB, JobTopology))
         self._stamps = frozenset(_NEED_JOB)
         self._route: dict[type, list[Handler]] = {}
