@@ -1,7 +1,7 @@
 """Small building blocks the built-in detectors share.
 
-* `Rolling` is a fixed-size window with a cached median: the robust,
-  allocation-light baseline most detectors need (median/MAD instead of
+* `Rolling` is a fixed-size window, kept sorted as it moves, with its median
+  and MAD: the robust baseline most detectors need (median/MAD instead of
   mean/stddev, so one wild value does not move it).
 * `Bounded` (from `schemas.bounded`, where act's memories find it too) is a
   dict that forgets its oldest keys beyond a cap, so a detector's state stays
@@ -216,7 +216,7 @@ class Rolling(Snapshottable):
     def median(self) -> float:
         """The median of the window (0.0 when empty)."""
         if self._median is None:
-            self._median = _median_of_sorted(self._ordered())
+            self._median = median_of_sorted(self._ordered())
         return self._median
 
     def mad(self) -> float:
@@ -240,8 +240,8 @@ class Rolling(Snapshottable):
         return ordered
 
 
-def _median_of_sorted(ordered: list[float]) -> float:
-    """`median` of values already sorted."""
+def median_of_sorted(ordered: list[float]) -> float:
+    """The median of values already sorted: the middle one, or the mean of the two middle ones (0.0 when empty)."""
     n = len(ordered)
     if n == 0:
         return 0.0
@@ -292,12 +292,7 @@ def median(values: Any) -> float:
     >>> median([3.0, 1.0, 2.0]), median([1.0, 2.0, 3.0, 4.0])
     (2.0, 2.5)
     """
-    ordered = sorted(values)
-    n = len(ordered)
-    if n == 0:
-        return 0.0
-    mid = n // 2
-    return float(ordered[mid]) if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+    return median_of_sorted(sorted(values))
 
 
 # Per-rank maps of one job hold at most this many ranks (read at call time: tests lower it).

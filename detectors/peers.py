@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from trainguard.detectors.common import Bounded, Snapshottable, median, rank_map
+from trainguard.detectors.common import Bounded, Snapshottable, median, median_of_sorted, rank_map
 from trainguard.schemas.records import NodeGpuSample, TrainingStep
 
 SLOW_THROTTLE_BITS = 0x08 | 0x20 | 0x40 | 0x80
@@ -72,12 +72,6 @@ def _outliers_np(stages: list[tuple[list[float], list[int]]], z: float,
     return ratios.tolist(), np.flatnonzero(ratios > _limit(med, scale, z, min_rel)).tolist()
 
 
-def _median_of_sorted(values: list[float]) -> float:
-    """As numpy's median: the middle value, or the mean of the two middle ones."""
-    half = len(values) // 2
-    return values[half] if len(values) % 2 else (values[half - 1] + values[half]) / 2
-
-
 def _levels(stages: list[tuple[list[float], list[int]]]) -> list[float]:
     """Each stage's level, as `_outliers_np` takes it: its lower quartile, or the whole step's for a stage
     under four ranks."""
@@ -96,8 +90,8 @@ def _outliers_py(stages: list[tuple[list[float], list[int]]], z: float,
         ratios += [v / level for v in values]
     if not math.isfinite(sum(ratios)):
         return None
-    med = _median_of_sorted(sorted(ratios))
-    scale = 1.4826 * _median_of_sorted(sorted([abs(r - med) for r in ratios]))
+    med = median_of_sorted(sorted(ratios))
+    scale = 1.4826 * median_of_sorted(sorted([abs(r - med) for r in ratios]))
     limit = _limit(med, scale, z, min_rel)
     return ratios, [i for i, r in enumerate(ratios) if r > limit]
 
