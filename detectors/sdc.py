@@ -137,7 +137,9 @@ class SdcDetector(Detector):
     def _decide(self, job: _Job, name: str, key: Group, entry: _Votes, ts: float) -> list[Anomaly]:
         onset, votes, count = entry.onset, entry.by_sum, entry.count
         shard = (key[1], key[2])
-        job.expected[shard] = max(job.expected.get(shard, 0), count)
+        known = job.expected.get(shard)
+        if known is None or count > known:  # most groups are complete: the store (a Python call) is skipped
+            job.expected[shard] = count
         if len(votes) < 2:
             job.clean += 1
             if job.clean >= self.rearm_steps * max(1, len(job.expected)):  # every shard agreed that long
