@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from trainguard.schemas.bounded import Bounded as Bounded  # re-exported: detectors and older snapshots name it here
 from trainguard.schemas.bounded import bounded_evictions as bounded_evictions
+from trainguard.schemas.bounded import store_known as store_known
 from trainguard.schemas.ids import anomaly_id
 from trainguard.schemas.records import Anomaly
 

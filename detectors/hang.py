@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Set as AbstractSet
 
 from trainguard.detectors.base import Detector
-from trainguard.detectors.common import Bounded, Rolling, Snapshottable, finding, rank_map
+from trainguard.detectors.common import Bounded, Rolling, Snapshottable, finding, rank_map, store_known
 from trainguard.detectors.dispatch import on
 from trainguard.detectors.stacks import is_background_thread, is_observer_thread, outliers, signature
 from trainguard.schemas import node_jobs
@@ -154,7 +154,11 @@ class HangDetector(Detector):
         job = self._jobs.get(record.job) or self._job(record.job, record.ts)
         if record.ts > job.alive_ts:
             job.alive_ts = record.ts
-        job.rank_beat[record.rank] = record.ts
+        beats = job.rank_beat
+        if record.rank in beats:  # the hot path: a known rank beats again (a store in C)
+            store_known(beats, record.rank, record.ts)
+        else:
+            beats[record.rank] = record.ts
         if record.rank not in job.rank_node:
             self._place(job, record.job, record.rank, record.node)
         if record.phase in PAUSE_PHASES:  # the hot path: a beat while training announces nothing
@@ -272,7 +276,11 @@ class HangDetector(Detector):
             job.rank_step.clear()
             job.rank_step[rec.rank] = rec.step
             return
-        job.rank_step[rec.rank] = rec.step
+        steps = job.rank_step
+        if rec.rank in steps:  # the hot path: a known rank steps again (a store in C)
+            store_known(steps, rec.rank, rec.step)
+        else:
+            steps[rec.rank] = rec.step
         if rec.ts > job.alive_ts:
             job.alive_ts = rec.ts
         if job.paused_by is not None:
