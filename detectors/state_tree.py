@@ -7,27 +7,28 @@ each task's whole state at every commit (streams.worker.snapshot), and at
 took about a third of the snapshot's CPU and tripled its peak memory
 (issue 23). Pickle's *fast mode* writes no memo.
 
-What fast mode gives up is sharing: a mutable object reached twice (one
-list held by two maps) is written twice and restored as two lists, which
-then drift apart. So fast mode is for state that is a **tree**: no mutable object reachable
-twice. Immutable values (strings, numbers, tuples of those) may be shared
-freely; writing them twice only costs bytes. Frozensets are the exception:
-CPython's fast mode mishandles them (its `save_frozenset` never leaves the
-nesting it enters, python/cpython#146059, fixed upstream in 2026, not in the
-Pythons trainguard supports), so past about 50 of them in one snapshot the
-pickler raises instead of writing. State that is a tree holds sets where it
-would hold frozensets. A detector declares
-its state a tree (`Detector.state_is_a_tree`; every built-in does), and the
-worker skips the memo only when every detector of the pipeline has
-(`DetectionPipeline.is_a_tree`): a plug-in that never said so keeps the memo
-and its sharing. `shared_mutables` finds what breaks the rule; the detector
-conformance suite (`detectors.checks`) holds every declaring detector to it,
-and trainguard's own tests hold the pipeline's and the worker's own state to
-it. A cycle cannot be written without the memo at all: fast mode refuses it
-(ValueError). Whatever fast mode raises (a cycle, frozensets, a snapshot
-from before sets replaced them), `dumps` then writes the ordinary memo
-pickle, which keeps every sharing as it was and raises only what the memo
-pickle itself would.
+What fast mode gives up is sharing: a mutable object reached twice (one list
+held by two maps) is written twice and restored as two lists, which then drift
+apart. So fast mode is for state that is a **tree**: no mutable object
+reachable twice. Immutable values (strings, numbers, tuples of those) may be
+shared freely; writing them twice only costs bytes. Frozensets are the
+exception: CPython's fast mode mishandles them (its `save_frozenset` never
+leaves the nesting it enters, python/cpython#146059, fixed upstream in 2026,
+not in the Pythons trainguard supports), so past about 50 of them in one
+snapshot the pickler raises instead of writing. State that is a tree holds
+sets where it would hold frozensets.
+
+A detector declares its state a tree (`Detector.state_is_a_tree`; every built-
+in does), and the worker skips the memo only when every detector of the
+pipeline has (`DetectionPipeline.is_a_tree`): a plug-in that never said so
+keeps the memo and its sharing. `shared_mutables` finds what breaks the rule;
+the detector conformance suite (`detectors.checks`) holds every declaring
+detector to it, and trainguard's own tests hold the pipeline's and the
+worker's own state to it. A cycle cannot be written without the memo at all:
+fast mode refuses it (ValueError). Whatever fast mode raises (a cycle,
+frozensets, a snapshot from before sets replaced them), `dumps` then writes
+the ordinary memo pickle, which keeps every sharing as it was and raises only
+what the memo pickle itself would.
 
 Pure: it pickles into memory and reads nothing.
 """
