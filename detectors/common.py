@@ -175,7 +175,7 @@ class Rolling(Snapshottable):
     job's leading rank, and sorting its 120-value baseline twice a step was ~2 % of a backtest (issue 23).
     The figures are bit for bit those of sorting (`median` of the same floats, in the same order). A
     window holding a NaN or an infinity has no useful order for that: it is sorted whole on each call, as
-    before, until the value leaves it.
+    before, until the value leaves it. Values enter through `add` only (the sorted copy follows it).
 
     >>> r = Rolling(5)
     >>> for v in (1.0, 2.0, 3.0, 100.0, 2.0):
