@@ -15,6 +15,10 @@
    counted, and the worker pays no /metrics scrapes, which at a scrape per
    0.1 s under-reported it by 7-25% when state sizes were walked per scrape).
    It is printed next to the floors, as a ratio of each, with the load.
+   With `--rounds N` the floors and a drain alternate N times, each round on
+   a fresh backlog of the same shape, and the median of the rounds' ratios is
+   printed with their range: on a shared machine the floors move as much as
+   the worker between runs, so a ratio is judged within its round.
 3. **Latency.** Start a fresh worker, produce the same mix at 50% of the
    measured rate, and every 0.25 s inject a NaN step (for a job of its own)
    whose `ts` is its send time; the event-to-anomaly latency is when the
@@ -32,6 +36,7 @@ import asyncio
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -282,6 +287,29 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def round_ratios(rounds: Sequence[tuple[dict[str, float | None], float]]) -> dict[str, list[float]]:
+    """Per floor, the worker's ratio to it in each round: a worker and the floors it is judged against are
+    measured back to back on one backlog, so each ratio is taken within its round, never across rounds."""
+    out: dict[str, list[float]] = {}
+    for floors, worker_rate in rounds:
+        for name, rate in floors.items():
+            if rate:
+                out.setdefault(name, []).append(worker_rate / rate)
+    return out
+
+
+def print_rounds(rounds: Sequence[tuple[dict[str, float | None], float]]) -> None:
+    """The median of the rounds' ratios to each floor, with their range, and the worker's own median."""
+    workers = [rate for _, rate in rounds]
+    print(f"over {len(rounds)} rounds (each its own backlog of the same shape; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores):")
+    print(f"  worker, exactly-once: median {statistics.median(workers):,.0f} events/CPU-s "
+          f"(range {min(workers):,.0f} - {max(workers):,.0f})")
+    for name, ratios in round_ratios(rounds).items():
+        print(f"  the worker against {name}: median {statistics.median(ratios):.2f}x "
+              f"(range {min(ratios):.2f} - {max(ratios):.2f}x, {len(ratios)} rounds)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_pipeline", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -291,6 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="add each node's 8-port RDMA sample per second (the mix docs/sizing.md plans with)")
     parser.add_argument("--job-nodes", type=int, default=0,
                         help="split the fleet into jobs of at most this many nodes (0: one job spans the fleet)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate the floors and a drain this many times, each round on a fresh backlog, and "
+                             "print the median of the rounds' ratios (default 1)")
     parser.add_argument("--latency-s", type=float, default=30.0, help="length of the latency run (0: skip it)")
     parser.add_argument("--compare-exactly-once", action="store_true",
                         help="also drain the same backlog at-least-once (no transactions, no snapshots) "
@@ -300,8 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "print both drains' events/CPU-s, peak RSS and largest snapshot")
     parser.add_argument("--latency-rate", type=float, help="skip the throughput run; measure latency at this events/s")
     args = parser.parse_args(argv)
-    if args.events < 1 or args.nodes < 1 or args.job_nodes < 0:
-        parser.error("--events and --nodes must be positive, --job-nodes not negative")
+    if args.events < 1 or args.nodes < 1 or args.job_nodes < 0 or args.rounds < 1:
+        parser.error("--events, --nodes and --rounds must be positive, --job-nodes not negative")
     settings = load_settings()
     try:
         require_broker(settings)
@@ -314,11 +345,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             lat = measure_latency(servers, Path(tmp), args.latency_rate, args.latency_s)
             _print_latency(lat)
             return 0
-        backlog = load_backlog(servers, args.nodes, args.events, rdma=args.rdma, job_nodes=args.job_nodes)
-        floors = measure_floors(servers, backlog)
-        drain = measure_throughput(servers, Path(tmp), backlog)
+        rounds: list[tuple[dict[str, float | None], float]] = []
+        for number in range(args.rounds):
+            if args.rounds > 1:
+                print(f"round {number + 1} of {args.rounds}:")
+            backlog = load_backlog(servers, args.nodes, args.events, rdma=args.rdma, job_nodes=args.job_nodes)
+            floors = measure_floors(servers, backlog)
+            drain = measure_throughput(servers, Path(tmp), backlog)
+            print_side_by_side(backlog, args.nodes, floors, drain.per_cpu_s)
+            rounds.append((floors, drain.per_cpu_s))
+        if args.rounds > 1:
+            print_rounds(rounds)
         rate, per_cpu_s = drain.per_s, drain.per_cpu_s
-        print_side_by_side(backlog, args.nodes, floors, per_cpu_s)
         if args.compare_exactly_once:
             again = load_backlog(servers, args.nodes, args.events, rdma=args.rdma, job_nodes=args.job_nodes)
             per_cpu_0 = measure_throughput(servers, Path(tmp), again, exactly_once=False).per_cpu_s
