@@ -221,7 +221,11 @@ class HangDetector(Detector):
 
     @on(RdmaSample)
     def _rdma_sample(self, record: RdmaSample) -> None:
-        self._rdma[record.node] = sum(p.tx_bps + p.rx_bps for p in record.ports)
+        rates, rate = self._rdma, sum(p.tx_bps + p.rx_bps for p in record.ports)
+        if record.node in rates:  # a known node, every second: stored in C (`store_known`), it keeps its place
+            store_known(rates, record.node, rate)
+        else:
+            rates[record.node] = rate
         name = node_jobs.job_of(self._node_job, record.node, record.job)
         if name and name in self._jobs:
             self._spin(self._jobs[name], record.node, record.ts)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from trainguard.detectors.common import Bounded, Snapshottable, median, median_of_sorted, rank_map
+from trainguard.detectors.common import Bounded, Snapshottable, median, median_of_sorted, rank_map, store_known
 from trainguard.schemas.records import NodeGpuSample, TrainingStep
 
 SLOW_THROTTLE_BITS = 0x08 | 0x20 | 0x40 | 0x80
@@ -269,7 +269,11 @@ class GpuSlowSignals:
             elif busy and g.sm_clock_mhz < clock_ratio * top:
                 found[f"{node}:{g.index}"] = {"sm_clock_mhz": g.sm_clock_mhz, "max": top}
         if lowest is not None:
-            self._clock[node] = (sample.ts, lowest)
+            clock = self._clock
+            if node in clock:  # a known node, every second: stored in C (`store_known`), it keeps its place
+                store_known(clock, node, (sample.ts, lowest))
+            else:
+                clock[node] = (sample.ts, lowest)
         if found:
             self._slow[node] = (sample.ts, found)
         elif node in self._slow:

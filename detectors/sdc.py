@@ -21,7 +21,7 @@ from collections.abc import Set as AbstractSet
 from math import isfinite
 
 from trainguard.detectors.base import Detector
-from trainguard.detectors.common import Bounded, Snapshottable, finding, rank_map
+from trainguard.detectors.common import Bounded, Snapshottable, finding, rank_map, store_known
 from trainguard.detectors.dispatch import on
 from trainguard.schemas.records import Anomaly, JobTopology, TrainingStep
 
@@ -113,9 +113,14 @@ class SdcDetector(Detector):
         key = (rec.step, rec.tp, rec.pp)
         if rec.step < job.max_step - self.grace_steps:
             return []  # too late: that group was already decided
-        entry = job.pending.get(key)
+        pending = job.pending
+        entry = pending.get(key)
         if entry is None:
-            job.pending[key] = entry = _Votes(rec.ts, job.dp or job.expected.get((rec.tp, rec.pp), 0))
+            entry = _Votes(rec.ts, job.dp or job.expected.get((rec.tp, rec.pp), 0))
+            if len(pending) < pending.cap:
+                store_known(pending, key, entry)  # a new group below the cap: nothing to evict, no Python call
+            else:
+                pending[key] = entry
         voters = entry.by_sum.get(rec.checksum)  # type: ignore[arg-type]
         if voters is None:
             entry.by_sum[rec.checksum] = voters = []  # type: ignore[index]
@@ -142,7 +147,8 @@ class SdcDetector(Detector):
             job.expected[shard] = count
         if len(votes) < 2:
             job.clean += 1
-            if job.clean >= self.rearm_steps * max(1, len(job.expected)):  # every shard agreed that long
+            # Re-armed once every shard agreed that long; with nothing fired there is nothing to re-arm.
+            if job.fired and job.clean >= self.rearm_steps * max(1, len(job.expected)):
                 job.fired = set()
             return []
         ranked = sorted(votes.items(), key=lambda kv: (-len(kv[1]), kv[0]))

@@ -79,6 +79,7 @@ _store = OrderedDict.__setitem__
 # A store into a `Bounded` map under a key already in it, in C: no cap to check, nothing to evict, exactly
 # what `Bounded.__setitem__` does for such a key less its Python call (about 200 ns). For the few per-record
 # maps where nearly every record updates a known key (a rank's last step or heartbeat): test `key in m` first.
+# The same holds for a new key while `len(m) < m.cap` (SDC's pending groups): the store cannot pass the cap.
 store_known = OrderedDict.__setitem__
 
 

@@ -1,4 +1,5 @@
-"""`store_known`: the C store a hot path uses for a key already in a `Bounded` map, the same as `m[k] = v`."""
+"""`store_known`: the C store a hot path uses for a key already in a `Bounded` map, or a new one below its cap,
+the same as `m[k] = v`."""
 
 from __future__ import annotations
 
@@ -26,3 +27,17 @@ def test_the_hang_detector_keeps_a_known_rank_in_its_place() -> None:
     store_known(m, 2, "again")
     m[5] = "new"
     assert list(m) == [3, 4, 5] and m.evicted == 2
+
+
+def test_a_new_key_below_the_cap_is_stored_last_as_by_setitem() -> None:
+    """What SDC relies on for a new group: below the cap, nothing is evicted either way, and the new key is last."""
+    by_store: Bounded[int, str] = Bounded(3)
+    by_setitem: Bounded[int, str] = Bounded(3)
+    for m in (by_store, by_setitem):
+        m[1] = "x"
+    store_known(by_store, 2, "y")
+    by_setitem[2] = "y"
+    assert list(by_store.items()) == list(by_setitem.items()) == [(1, "x"), (2, "y")]
+    assert by_store.evicted == by_setitem.evicted == 0
+    by_store[3], by_store[4] = "z", "w"  # the cap still bites as before: 1, the oldest, goes
+    assert list(by_store) == [2, 3, 4] and by_store.evicted == 1
