@@ -18,7 +18,9 @@
    With `--rounds N` the floors and a drain alternate N times, each round on
    a fresh backlog of the same shape, and the median of the rounds' ratios is
    printed with their range: on a shared machine the floors move as much as
-   the worker between runs, so a ratio is judged within its round.
+   the worker between runs, so a ratio is judged within its round. The
+   throughput lines after it (and the latency run's rate) are then the
+   median round's drain.
 3. **Latency.** Start a fresh worker, produce the same mix at 50% of the
    measured rate, and every 0.25 s inject a NaN step (for a job of its own)
    whose `ts` is its send time; the event-to-anomaly latency is when the
@@ -298,6 +300,12 @@ def round_ratios(rounds: Sequence[tuple[dict[str, float | None], float]]) -> dic
     return out
 
 
+def median_drain(drains: Sequence[Drain]) -> Drain:
+    """The drain whose events per CPU-second is the median (the lower of the two middle ones for an even count):
+    one real drain, so its wall-clock rate, snapshots and memory belong together."""
+    return sorted(drains, key=lambda d: d.per_cpu_s)[(len(drains) - 1) // 2]
+
+
 def print_rounds(rounds: Sequence[tuple[dict[str, float | None], float]]) -> None:
     """The median of the rounds' ratios to each floor, with their range, and the worker's own median."""
     workers = [rate for _, rate in rounds]
@@ -346,16 +354,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_latency(lat)
             return 0
         rounds: list[tuple[dict[str, float | None], float]] = []
+        drains: list[Drain] = []
         for number in range(args.rounds):
             if args.rounds > 1:
                 print(f"round {number + 1} of {args.rounds}:")
             backlog = load_backlog(servers, args.nodes, args.events, rdma=args.rdma, job_nodes=args.job_nodes)
             floors = measure_floors(servers, backlog)
-            drain = measure_throughput(servers, Path(tmp), backlog)
-            print_side_by_side(backlog, args.nodes, floors, drain.per_cpu_s)
-            rounds.append((floors, drain.per_cpu_s))
+            drains.append(measure_throughput(servers, Path(tmp), backlog))
+            print_side_by_side(backlog, args.nodes, floors, drains[-1].per_cpu_s)
+            rounds.append((floors, drains[-1].per_cpu_s))
+        drain = median_drain(drains)  # what follows (throughput, snapshots, the latency run's rate) is its figures
         if args.rounds > 1:
             print_rounds(rounds)
+            print("the lines below are the median round's drain:")
         rate, per_cpu_s = drain.per_s, drain.per_cpu_s
         if args.compare_exactly_once:
             again = load_backlog(servers, args.nodes, args.events, rdma=args.rdma, job_nodes=args.job_nodes)

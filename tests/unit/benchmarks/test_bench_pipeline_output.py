@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.bench_pipeline import Drain, main, print_rounds, print_snapshots, round_ratios
+from benchmarks.bench_pipeline import Drain, main, median_drain, print_rounds, print_snapshots, round_ratios
 
 
 def test_snapshot_cpu_becomes_a_cost_per_event_and_a_share_of_the_worker(capsys: pytest.CaptureFixture[str]) -> None:
@@ -42,3 +42,9 @@ def test_the_rounds_summary_prints_each_floors_median_ratio_with_its_range(capsy
     out = capsys.readouterr().out
     assert "over 3 rounds" in out and "median 45 events/CPU-s (range 30 - 100)" in out
     assert "against confluent-kafka + decode: median 0.45x (range 0.30 - 0.50x, 3 rounds)" in out
+
+
+def test_the_figures_after_the_rounds_are_one_real_drain_the_median_one() -> None:
+    slow, mid, fast = (Drain(10.0, 100.0, 1.0, 1), Drain(30.0, 200.0, 2.0, 2), Drain(20.0, 300.0, 3.0, 3))
+    assert median_drain([fast, slow, mid]) is mid  # not a blend: its wall rate and snapshot go with its CPU rate
+    assert median_drain([fast, slow]) is slow and median_drain([mid]) is mid
