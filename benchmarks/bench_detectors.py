@@ -75,6 +75,7 @@ from typing import Any
 
 from benchmarks.bench_gc import FETCH, TOPICS, GcClock, Raw, as_fetch, hot_loop
 from benchmarks.fleet_mix import events_per_node_s, fleet_second
+from benchmarks.interpreter import describe
 from benchmarks.snapshot_parts import Part, changed, digests, measure, parts
 from trainguard.detectors import state_tree
 from trainguard.detectors.pipeline import DetectionPipeline
@@ -374,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--scale sizes, --events, --job-nodes and --rounds must be positive, --warm-s not negative")
         if args.snapshot_parts < 0:
             parser.error("--snapshot-parts: the commit interval in seconds must not be negative")
+        print(f"interpreter: {describe()}")
         print(f"the worker's hot path per event (BatchLoop._process, default detectors, no broker); "
               f"{args.events:,} timed events per size after {args.warm_s} s of event time untimed; jobs of at most "
               f"{args.job_nodes:,} nodes; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
@@ -386,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     gpus = args.nodes * 8
     records = simulate(args.nodes, args.minutes)
+    print(f"interpreter: {describe()}")
     print(f"fleet: {args.nodes} nodes x 8 GPUs = {gpus} GPUs, {args.minutes:g} simulated minutes, "
           f"{len(records):,} events")
     rate, pipeline, incidents = detector_throughput(records)

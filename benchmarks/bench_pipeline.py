@@ -56,6 +56,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from benchmarks.bench_codec import sample
 from benchmarks.fleet_mix import Backlog, events_per_node_s, fleet_second, load_backlog, producer, send_all
+from benchmarks.interpreter import describe
 from benchmarks.pipeline_floors import measure_floors, print_side_by_side
 from benchmarks.process_usage import cpu_seconds, peak_rss_mib
 from trainguard.schemas.codec import Codec
@@ -348,6 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench_pipeline: {exc} (start it with `trainguard broker start`)", file=sys.stderr)
         return 2
     servers = settings.broker.servers
+    print(f"interpreter (the floors' and the worker's): {describe()}")
     with tempfile.TemporaryDirectory(prefix="tg-bench-") as tmp:
         if args.latency_rate:
             lat = measure_latency(servers, Path(tmp), args.latency_rate, args.latency_s)

@@ -54,6 +54,7 @@ from kafka import KafkaConsumer, TopicPartition
 from benchmarks import cores
 from benchmarks.bench_codec import sample
 from benchmarks.fleet_mix import Second, preload
+from benchmarks.interpreter import describe
 from benchmarks.process_usage import cpu_seconds
 from trainguard.schemas.records import NodeGpuSample, Record, TrainingStep
 from trainguard.schemas.topics import Topics
@@ -263,6 +264,7 @@ def measure(servers: str, have: list[int], reserve: int, args: argparse.Namespac
     """Every requested worker count that has its cores (or all, oversubscribed), then the takeover."""
     if args.broker_pid:
         cores.pin(args.broker_pid, have[:reserve])
+    print(f"interpreter: {describe()}")
     print(f"{len(have)} cores: {reserve} shared (this process{', the broker' if args.broker_pid else ''}; "
           f"the broker is {'pinned' if args.broker_pid else 'NOT pinned: it may take time from the workers'}), "
           f"{len(have) - reserve} for workers; load average {os.getloadavg()[0]:.1f}")
@@ -295,7 +297,8 @@ def _print_run(run: Run, first: Run) -> None:
 
 def _report(have: list[int], reserve: int, args: argparse.Namespace, runs: list[Run], skipped: list[str],
             took: float | None) -> dict[str, Any]:
-    return {"cores": len(have), "shared_cores": reserve, "broker_pinned": bool(args.broker_pid),
+    return {"interpreter": describe(), "cores": len(have), "shared_cores": reserve,
+            "broker_pinned": bool(args.broker_pid),
             "partitions": args.partitions, "events_per_worker": args.events_per_worker,
             "load_average": os.getloadavg()[0],
             "runs": [{**asdict(r), "events_per_s": round(r.per_s), "events_per_cpu_s": round(r.per_cpu_s)}

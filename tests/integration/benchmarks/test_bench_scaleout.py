@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from benchmarks import bench_scaleout, cores
+from benchmarks.interpreter import describe
 
 
 def test_a_small_drain_counts_every_event_and_says_which_counts_had_no_cores(kafka: str, tmp_path: Path) -> None:
@@ -17,6 +18,7 @@ def test_a_small_drain_counts_every_event_and_says_which_counts_had_no_cores(kaf
     assert bench_scaleout.main(["--workers", "1", "8", "--events-per-worker", "20000", "--nodes", "64",
                                 "--no-takeover", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
+    assert report["interpreter"] == describe()  # which Python gave the figures travels with them
     have = len(cores.available())
     assert report["cores"] == have and report["shared_cores"] == cores.reserve_for(range(have), 8)
     measured = {r["workers"]: r for r in report["runs"]}
