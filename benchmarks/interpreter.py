@@ -1,6 +1,6 @@
 """Which Python ran a benchmark, and how it was built: two builds of one version differ by a fifth.
 
-On this project's 2-core machine the worker drained the same backlog 1.2-1.3x
+On this project's 2-core machine the worker drained the same backlog 1.15-1.5x
 faster under Debian's CPython 3.11 (libpython linked into the executable) than
 under a default pyenv build of 3.11 (libpython as a shared library, configured
 without `--enable-optimizations`), while the C floors it is judged against
