@@ -21,6 +21,11 @@
    the worker between runs, so a ratio is judged within its round. The
    throughput lines after it (and the latency run's rate) are then the
    median round's drain.
+   With `--compare-clients`, each round also reads its backlog with
+   aiokafka and with confluent-kafka, every fetch through the worker's hot
+   path without transactions (`benchmarks.client_compare`): what moving the
+   worker's Kafka edge to librdkafka would buy, measured behind the worker's
+   own work rather than added up from the floors.
 3. **Latency.** Start a fresh worker, produce the same mix at 50% of the
    measured rate, and every 0.25 s inject a NaN step (for a job of its own)
    whose `ts` is its send time; the event-to-anomaly latency is when the
@@ -55,6 +60,7 @@ import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from benchmarks.bench_codec import sample
+from benchmarks.client_compare import Processed, compare_clients, print_client_rounds, print_clients
 from benchmarks.fleet_mix import Backlog, events_per_node_s, fleet_second, load_backlog, producer, send_all
 from benchmarks.interpreter import describe
 from benchmarks.pipeline_floors import measure_floors, print_side_by_side
@@ -338,6 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--compare-backpressure", action="store_true",
                         help="also drain the same backlog with worker.max_waiting_records at 10^9 (no bound) and "
                              "print both drains' events/CPU-s, peak RSS and largest snapshot")
+    parser.add_argument("--compare-clients", action="store_true",
+                        help="also read the backlog with aiokafka and with confluent-kafka, each fetch through the "
+                             "worker's hot path (no transactions), and print both rates and their ratio")
     parser.add_argument("--latency-rate", type=float, help="skip the throughput run; measure latency at this events/s")
     args = parser.parse_args(argv)
     if args.events < 1 or args.nodes < 1 or args.job_nodes < 0 or args.rounds < 1:
@@ -357,6 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         rounds: list[tuple[dict[str, float | None], float]] = []
         drains: list[Drain] = []
+        clients: list[list[Processed]] = []
         for number in range(args.rounds):
             if args.rounds > 1:
                 print(f"round {number + 1} of {args.rounds}:")
@@ -365,9 +375,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             drains.append(measure_throughput(servers, Path(tmp), backlog))
             print_side_by_side(backlog, args.nodes, floors, drains[-1].per_cpu_s)
             rounds.append((floors, drains[-1].per_cpu_s))
+            if args.compare_clients:
+                clients.append(compare_clients(servers, backlog))
+                print_clients(clients[-1])
         drain = median_drain(drains)  # what follows (throughput, snapshots, the latency run's rate) is its figures
         if args.rounds > 1:
             print_rounds(rounds)
+            if clients:
+                print_client_rounds(clients)
             print("the lines below are the median round's drain:")
         rate, per_cpu_s = drain.per_s, drain.per_cpu_s
         if args.compare_exactly_once:
