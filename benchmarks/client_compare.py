@@ -34,7 +34,13 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from benchmarks.fleet_mix import Backlog
-from benchmarks.pipeline_floors import FETCH_BYTES, FLOOR_TIMEOUT_S, MAX_RECORDS, PARTITION_FETCH_BYTES
+from benchmarks.pipeline_floors import (
+    FETCH_BYTES,
+    FLOOR_TIMEOUT_S,
+    MAX_RECORDS,
+    PARTITION_FETCH_BYTES,
+    within_deadline,
+)
 from trainguard.detectors.pipeline import DetectionPipeline
 from trainguard.settings import BrokerSettings, load_settings
 from trainguard.streams.worker import heap
@@ -106,7 +112,7 @@ async def aiokafka_processing(servers: str, backlog: Backlog) -> Processed:
         seen = outputs = 0
         started, deadline = time.process_time(), time.monotonic() + FLOOR_TIMEOUT_S
         while seen < backlog.events:
-            _before(deadline, seen, backlog)
+            within_deadline(deadline, seen, backlog)
             fetched = await consumer.getmany(timeout_ms=500, max_records=MAX_RECORDS)
             if fetched:
                 outputs += len(loop._process(fetched))  # noqa: SLF001 - the worker's hot path itself
@@ -137,7 +143,7 @@ def confluent_processing(servers: str, backlog: Backlog) -> Processed | None:
         parts: dict[tuple[str, int], TopicPartition] = {}
         deadline = time.monotonic() + FLOOR_TIMEOUT_S
         while seen < backlog.events:
-            _before(deadline, seen, backlog)
+            within_deadline(deadline, seen, backlog)
             fetched = _grouped(consumer.consume(num_messages=MAX_RECORDS, timeout=0.5), parts)
             if fetched:
                 outputs += len(loop._process(fetched))  # type: ignore[arg-type]  # noqa: SLF001
@@ -162,12 +168,6 @@ def _grouped(messages: list[Any], parts: dict[tuple[str, int], TopicPartition]) 
             batch = fetched[tp] = []
         batch.append(_Message((topic, m.value(), m.key(), partition, m.offset(), m.timestamp()[1])))
     return fetched
-
-
-def _before(deadline: float, seen: int, backlog: Backlog) -> None:
-    if time.monotonic() > deadline:
-        raise RuntimeError(f"a client read {seen:,} of the backlog's {backlog.events:,} events "
-                           f"in {FLOOR_TIMEOUT_S:.0f} s")
 
 
 def compare_clients(servers: str, backlog: Backlog) -> list[Processed]:

@@ -55,7 +55,7 @@ async def _aiokafka_read(servers: str, backlog: Backlog, *, keep: bool = False) 
         decode, seen, started = Codec().decode, 0, time.process_time()
         deadline = time.monotonic() + FLOOR_TIMEOUT_S
         while seen < backlog.events:
-            _before(deadline, seen, backlog)
+            within_deadline(deadline, seen, backlog)
             for records in (await consumer.getmany(timeout_ms=500, max_records=MAX_RECORDS)).values():
                 for record in records:
                     if keep:
@@ -83,7 +83,7 @@ def _confluent_read(servers: str, backlog: Backlog) -> float | None:
         consumer.assign([CkPartition(t, p, OFFSET_BEGINNING) for t, p in backlog.parts()])
         decode, seen, deadline = Codec().decode, 0, time.monotonic() + FLOOR_TIMEOUT_S
         while seen < backlog.events:
-            _before(deadline, seen, backlog)
+            within_deadline(deadline, seen, backlog)
             for message in consumer.consume(num_messages=MAX_RECORDS, timeout=0.5):
                 if message.error() is None:
                     decode(message.value() or b"")
@@ -96,9 +96,10 @@ def _confluent_read(servers: str, backlog: Backlog) -> float | None:
 FLOOR_TIMEOUT_S = 300.0  # a floor that has not read the whole backlog by then never will
 
 
-def _before(deadline: float, seen: int, backlog: Backlog) -> None:
+def within_deadline(deadline: float, seen: int, backlog: Backlog) -> None:
+    """Raise when a reader of the backlog (a floor, a client comparison) is past its deadline, saying how far it got."""
     if time.monotonic() > deadline:
-        raise RuntimeError(f"a floor read {seen:,} of the backlog's {backlog.events:,} events "
+        raise RuntimeError(f"a reader read {seen:,} of the backlog's {backlog.events:,} events "
                            f"in {FLOOR_TIMEOUT_S:.0f} s")
 
 
