@@ -174,6 +174,8 @@ def compare_clients(servers: str, backlog: Backlog) -> list[Processed]:
     """Both clients over the backlog, aiokafka first; confluent-kafka left out when not installed.
 
     Each pass runs under the worker's collector policy (`streams.worker.heap`), as `trainguard worker` does.
+    aiokafka reads first, so whatever a first pass pays counts against the worker's own client: librdkafka's
+    gain printed is, if anything, too large.
     """
     old = heap.settle_after_startup()
     try:
