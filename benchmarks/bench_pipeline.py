@@ -377,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rounds.append((floors, drains[-1].per_cpu_s))
             if args.compare_clients:
                 clients.append(compare_clients(servers, backlog))
-                print_clients(clients[-1])
+                print_clients(clients[-1], drains[-1].per_cpu_s)
         drain = median_drain(drains)  # what follows (throughput, snapshots, the latency run's rate) is its figures
         if args.rounds > 1:
             print_rounds(rounds)

@@ -186,12 +186,20 @@ def compare_clients(servers: str, backlog: Backlog) -> list[Processed]:
     return runs if confluent is None else [*runs, confluent]
 
 
-def print_clients(runs: list[Processed]) -> None:
-    """Each client's rate and, with both, librdkafka's against aiokafka's."""
+def print_clients(runs: list[Processed], worker_rate: float | None = None) -> None:
+    """Each client's rate and, with both, librdkafka's against aiokafka's.
+
+    With `worker_rate` (the round's drain by the real worker, events per CPU-second), also the worker against its
+    own hot path behind aiokafka: what the service around that path (transactions, snapshots, the consumer
+    group, /metrics, Faust) costs, in the same round.
+    """
     print("the worker's hot path (decode, event clock, detectors; no transactions, snapshots or /metrics) "
           "behind each client, events per CPU-second:")
     for run in runs:
         print(f"  {run.client:32s} {run.per_cpu_s:>9,.0f}   ({run.events:,} events, {run.outputs:,} outputs)")
+    if worker_rate is not None and runs[0].per_cpu_s > 0:
+        print(f"  the worker, exactly-once, is {worker_rate / runs[0].per_cpu_s:.2f}x its hot path behind aiokafka "
+              f"(the service around it: transactions, snapshots, the group, /metrics)")
     if len(runs) == 1:
         print("  confluent-kafka (librdkafka)     (not installed: pip install 'trainguard[bench]')")
     else:

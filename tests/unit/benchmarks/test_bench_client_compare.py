@@ -53,3 +53,8 @@ def test_the_ratio_is_taken_within_each_round(capsys: pytest.CaptureFixture[str]
     slow, fast = Processed("aiokafka", 1_000, 1.0, 0), Processed("confluent-kafka", 1_000, 0.5, 0)
     print_client_rounds([[slow, fast], [fast, fast], [slow, slow]])
     assert "median 1.00x (range 1.00 - 2.00x, 3 rounds)" in capsys.readouterr().out
+
+
+def test_the_worker_is_quoted_against_its_own_hot_path(capsys: pytest.CaptureFixture[str]) -> None:
+    print_clients([Processed("aiokafka", 1_000, 0.01, 0), Processed("confluent-kafka", 1_000, 0.008, 0)], 80_000.0)
+    assert "the worker, exactly-once, is 0.80x its hot path behind aiokafka" in capsys.readouterr().out
