@@ -53,14 +53,14 @@ def test_outputs_are_counted_by_kind_and_dead_letters_ignored() -> None:
 
 def test_lag_is_end_minus_position_per_partition_and_unknown_is_skipped() -> None:
     m = WorkerMetrics(stats=ProcessorStats(), topics=TOPICS)
-    batch = [RawMessage(topic="x.gpu", value=b"", partition=0, offset=o) for o in range(10)]
-    batch.append(RawMessage(topic="x.training", value=b"", partition=1, offset=41))
-    m.observe_batch(batch, 0.002, watermark=123.0)
+    m.observe_batch([RawMessage(topic="x.gpu", value=b"", partition=0, offset=o) for o in range(10)], 0.002, 120.0)
+    m.observe_batch([RawMessage(topic="x.training", value=b"", partition=1, offset=41)], 0.002, watermark=123.0)
+    m.observe_batch([], 0.001, watermark=123.0)  # an empty batch moves no partition
     ends = {("x.gpu", 0): 25, ("x.training", 1): None}
     m.refresh_lag(lambda t, p: ends[(t, p)])
-    assert m.value("trainguard_worker_consumer_lag", topic="gpu", partition="0") == 15
+    assert m.value("trainguard_worker_consumer_lag", topic="gpu", partition="0") == 15  # 25 - (9 + 1)
     assert m.value("trainguard_worker_consumer_lag", topic="training", partition="1") is None
-    assert m.value("trainguard_worker_batch_seconds_count") == 1
+    assert m.value("trainguard_worker_batch_seconds_count") == 3
     assert m.value("trainguard_worker_watermark_seconds") == 123.0
 
 
@@ -161,13 +161,14 @@ def test_the_fast_exposition_is_byte_for_byte_what_prometheus_client_writes() ->
     m = WorkerMetrics(stats=stats, topics=TOPICS, census=census)
     m.count_outputs([_anomaly("nan"), _incident("hang"), _anomaly("a-kind-of-its-own")])  # the codec knows no such kind
     for elapsed in (0.0004, 0.001, 0.003, 7.0):  # on a bound, between, past the last
-        m.observe_batch([RawMessage(topic="x.gpu", value=b"", partition=p, offset=9) for p in (2, 0)], elapsed, 50.5)
+        for p in (2, 0):
+            m.observe_batch([RawMessage(topic="x.gpu", value=b"", partition=p, offset=9)], elapsed, 50.5)
     m.refresh_lag(lambda t, p: 100)
     body = m.render()
     assert body == generate_latest(m.registry)
     assert b'trainguard_worker_consumer_lag{partition="2",topic="gpu"} 90.0\n' in body
-    assert b'trainguard_worker_batch_seconds_bucket{le="0.001"} 2.0\n' in body
-    assert b'trainguard_worker_batch_seconds_bucket{le="+Inf"} 4.0\n' in body
+    assert b'trainguard_worker_batch_seconds_bucket{le="0.001"} 4.0\n' in body
+    assert b'trainguard_worker_batch_seconds_bucket{le="+Inf"} 8.0\n' in body
     assert b'trainguard_worker_anomalies_total{kind="unknown"} 1.0\n' in body  # undecodable: counted anyway
     assert b'detector="odd \\"name\\"\\\\with\\nbreaks"' in body
     stats.by_topic["gpu"] = 13  # read now, not cached with the prefixes
