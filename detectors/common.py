@@ -70,8 +70,12 @@ class Snapshottable:
         for klass in reversed(cls.__mro__):
             declared = vars(klass).get("__slots__", ())
             slots += [declared] if isinstance(declared, str) else list(declared)
+        has_dict = "__dict__" in slots or any("__slots__" not in vars(k) for k in cls.__mro__[:-1])
+        native = vars(cls).get("__mypyc_attrs__")
+        if native is not None:  # compiled by mypyc: its own layout, the bases' attributes included
+            slots, has_dict = list(native), "__dict__" in native
         cls._kept = tuple(s for s in slots if s not in cls.transient and s not in ("__dict__", "__weakref__"))
-        cls._has_dict = "__dict__" in slots or any("__slots__" not in vars(k) for k in cls.__mro__[:-1])
+        cls._has_dict = has_dict
         cls._values = staticmethod(_tuple_getter(cls._kept))
 
     def __getstate__(self) -> Any:

@@ -32,6 +32,9 @@ OBSERVED: frozenset[type[Record]] = frozenset(
 Handler = Callable[[Any], "list[Anomaly] | None"]
 H = TypeVar("H", bound=Callable[..., Any])
 _MARK = "__trainguard_handles__"
+# Handlers that cannot carry the mark: methods compiled by mypyc (docs/sizing.md, "A compiled detector core"),
+# keyed by their qualified name, which is all such a method has. A plain function always carries the mark.
+_UNMARKABLE: dict[str, tuple[type[Record], ...]] = {}
 
 
 class HandlerError(TypeError):
@@ -59,7 +62,10 @@ def on(*types: type[Record]) -> Callable[[H], H]:
         raise HandlerError("@on() needs at least one record type")
 
     def mark(fn: H) -> H:
-        setattr(fn, _MARK, (*getattr(fn, _MARK, ()), *types))
+        try:
+            setattr(fn, _MARK, (*getattr(fn, _MARK, ()), *types))
+        except AttributeError:  # a compiled method: no attribute of its own
+            _UNMARKABLE[fn.__qualname__] = (*_UNMARKABLE.get(fn.__qualname__, ()), *types)
         return fn
 
     return mark
@@ -74,6 +80,8 @@ def declared(cls: type) -> dict[type, tuple[str, ...]]:
     for klass in reversed(cls.__mro__):
         for name, value in vars(klass).items():
             types = getattr(value, _MARK, None)
+            if types is None and not hasattr(value, "__module__"):  # a compiled method
+                types = _UNMARKABLE.get(f"{klass.__qualname__}.{name}")
             if types is not None:
                 names[name] = types
     table: dict[type, tuple[str, ...]] = {}

@@ -100,3 +100,18 @@ def test_a_restored_pipeline_routes_to_the_restored_detectors() -> None:
     assert revived.detectors[0].seen == [("step", "TrainingStep")]  # type: ignore[attr-defined]
     assert pipeline.detectors[0].seen == []  # type: ignore[attr-defined]
     assert "_route" not in pickle.loads(pickle.dumps(pipeline)).__getstate__()
+
+
+def test_a_handler_that_cannot_carry_the_mark_is_found_by_its_qualified_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A method compiled by mypyc takes no attribute and has no module; `dict.get` is such a method here.
+
+    A class whose qualified name makes `dict.get` its own `get` (as a compiled `SdcDetector._step` is
+    its class's) must still route heartbeats to it.
+    """
+    from trainguard.detectors import dispatch
+
+    monkeypatch.setattr(dispatch, "_UNMARKABLE", {})
+    assert on(Heartbeat)(dict.get) is dict.get  # the decorator hands the method back unchanged
+    compiled_like = type("dict", (Detector,), {"get": dict.get, "__qualname__": "dict"})
+    assert dispatch.declared(compiled_like) == {Heartbeat: ("get",)}
+    assert dispatch.declared(type("other", (Detector,), {"get": dict.get})) == {}  # another class: not its handler

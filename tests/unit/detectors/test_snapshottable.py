@@ -120,3 +120,21 @@ def test_a_nodes_gpus_pack_as_rows_with_their_bursts() -> None:
     assert list(back["n0"]) == [3, 0, 1]
     assert [g.nvlink for g in back["n0"].values()] == [3, 0, 1]
     assert back["n0"][1].bursts == ((7.0, 2),) and back["n0"][0].bursts == ()
+
+
+def test_a_compiled_class_pickles_the_attributes_of_its_layout() -> None:
+    """mypyc lists a native class's attributes, its bases' included, in `__mypyc_attrs__`, not `__slots__`."""
+
+    class Native(Snapshottable):
+        __mypyc_attrs__ = ("count", "seen", "cache")
+        transient = ("cache",)
+
+        def __init__(self) -> None:
+            self.count, self.seen, self.cache = 2, ["a"], {"x": 1}
+
+    class WithDict(Snapshottable):
+        __mypyc_attrs__ = ("count", "__dict__")
+
+    assert (Native._kept, Native._has_dict) == (("count", "seen"), False)
+    assert Native().__getstate__() == (2, ["a"])  # one tuple, the transient cache left out
+    assert (WithDict._kept, WithDict._has_dict) == (("count",), True)
