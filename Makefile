@@ -33,10 +33,12 @@ browser:
 	tools/install_chromium.sh
 
 # Real parts the deploy tests use: helm built from its Go module into the user cache, linked as .tools/bin/helm (once,
-# a few minutes), Slurm and munge from Debian (once). Both scripts are idempotent.
+# a few minutes), Slurm and munge from Debian (once); valgrind from Debian (once), whose cachegrind
+# bench_instructions and its test run. The scripts are idempotent.
 tools:
 	tools/helm.sh
 	tools/slurm-install.sh
+	tools/valgrind-install.sh
 
 broker-start: install
 	$(TG) broker start
