@@ -19,17 +19,23 @@ pure part (`BatchLoop._process` with the task built as `trainguard worker`
 builds it, its collector policy, the scaling mix with RDMA). Each size runs
 three child processes under cachegrind, each building the same state from the
 same records (`PYTHONHASHSEED=0`, no BLAS threads), warming it on `--warm-s` seconds of the
-mix and processing `--events` more, then:
+mix and processing `--events` more. Then each generates the next `--events` events
+fetch by fetch, as the mix's simulator makes them, and:
 
-* `setup` stops there;
-* `process` also runs the next `--events` events through the hot path;
-* `decode` instead only decodes those events (the codec, as the decode floor
-  of `bench_pipeline` does).
+* `generate` drops each fetch;
+* `process` runs each fetch through the hot path just after it was made;
+* `decode` instead only decodes each fetch's events (the codec, as the decode
+  floor of `bench_pipeline` does).
 
-`process - setup` is the hot path on those events, `decode - setup` their
-decoding alone: the natural baseline, in the same unit. A child leaves with
-`os._exit`, so no teardown is counted. The children are independent, so they
-run side by side on the machine's cores: sharing a core changes no count.
+`process - generate` is the hot path on those events, `decode - generate`
+their decoding alone: the natural baseline, in the same unit. Each fetch is
+made just before it is used, as a worker's fetch arrives fresh from its
+socket: a segment encoded in advance is tens of megabytes of cold input, and
+where those bytes landed decided how many misses copying them took (stop 50
+counted memcpy's misses moving by 40 % with nothing on its path changed).
+A child leaves with `os._exit`, so no teardown is counted. The children are
+independent, so they run side by side on the machine's cores: sharing a core
+changes no count.
 
 A count is not a time. An instruction that waits for memory costs far more
 than one that hits the first-level cache; this benchmark reports the misses
@@ -49,13 +55,13 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from benchmarks.bench_gc import Raw
     from trainguard.streams.worker.batch_loop import BatchLoop
 
-STAGES = ("setup", "process", "decode")
+STAGES = ("generate", "process", "decode")
 # The same hash seed in every run; and no BLAS thread pool (numpy's OpenBLAS starts one at import), whose
 # idle threads spin for as long as the machine lets them: 0.15 % more or fewer instructions from run to run.
 REPEATABLE = {"PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -81,11 +87,11 @@ class SizeCounts:
 
     nodes: int
     events: int
-    setup: Counts  # building the state, kept to check that a run repeats exactly
+    generate: Counts  # building the state and generating the segment, kept to check that a run repeats
     process: Counts
     decode: Counts
     caches: tuple[str, ...]
-    functions: dict[str, Counts]  # the hot path's counts per C function (process less setup)
+    functions: dict[str, Counts]  # the hot path's counts per C function (process less generate)
 
     def per_event(self, counts: Counts) -> tuple[float, float, float]:
         n = self.events or 1
@@ -218,19 +224,21 @@ def measure(nodes: int, warm_s: float, events: int, job_nodes: int, jobs: int) -
     """The three stages of one size, side by side on `jobs` cores, and their differences."""
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         runs = dict(zip(STAGES, pool.map(lambda s: run_child(nodes, warm_s, events, job_nodes, s), STAGES)))
-    setup, process, decode = runs["setup"], runs["process"], runs["decode"]
+    generate, process, decode = runs["generate"], runs["process"], runs["decode"]
     if process.segment != decode.segment:
         raise RuntimeError(f"the process and decode runs measured different segments ({process.segment} and "
                            f"{decode.segment} events)")
     zero = Counts(0, 0, 0)
-    functions = {fn: counts - setup.functions.get(fn, zero) for fn, counts in process.functions.items()}
-    return SizeCounts(nodes, process.segment, setup.counts, process.counts - setup.counts,
-                      decode.counts - setup.counts, setup.caches, functions)
+    if generate.segment != process.segment:
+        raise RuntimeError(f"the generate and process runs made different segments ({generate.segment} and "
+                           f"{process.segment} events)")
+    functions = {fn: counts - generate.functions.get(fn, zero) for fn, counts in process.functions.items()}
+    return SizeCounts(nodes, process.segment, generate.counts, process.counts - generate.counts,
+                      decode.counts - generate.counts, generate.caches, functions)
 
 
-def _segments(nodes: int, warm_s: float, events: int, job_nodes: int) -> tuple[BatchLoop, list[list[Raw]], list[Any]]:
-    """The hot loop warmed on `warm_s` seconds and `events` events of the mix, and the next fetches of `events`
-    (as raw messages, and as the fetches `_process` takes)."""
+def _warmed(nodes: int, warm_s: float, events: int, job_nodes: int) -> tuple[BatchLoop, Iterator[list[Raw]]]:
+    """The hot loop warmed on `warm_s` seconds and `events` events of the mix, and the mix's generator after them."""
     from benchmarks.bench_detectors import _mix  # the child's imports, not the parent's
     from benchmarks.bench_gc import as_fetch, hot_loop
     from benchmarks.fleet_mix import events_per_node_s
@@ -240,8 +248,7 @@ def _segments(nodes: int, warm_s: float, events: int, job_nodes: int) -> tuple[B
     warm = int(warm_s * nodes * events_per_node_s(rdma=True)) + events
     for batch in _take(fetches, warm):
         loop._process(as_fetch(batch))  # noqa: SLF001 - the hot path itself, without a broker
-    measured = list(_take(fetches, events))
-    return loop, measured, [as_fetch(batch) for batch in measured]
+    return loop, fetches
 
 
 def _take(fetches: Iterator[list[Raw]], events: int) -> Iterator[list[Raw]]:
@@ -254,21 +261,27 @@ def _take(fetches: Iterator[list[Raw]], events: int) -> Iterator[list[Raw]]:
 
 
 def child(stage: str, nodes: int, warm_s: float, events: int, job_nodes: int) -> None:
-    """Build the state, then run the stage's segment (or nothing); leave without teardown, which would be counted."""
+    """Build the state, then make the segment fetch by fetch and run the stage on each fetch as it is made;
+    leave without teardown, which would be counted."""
+    from benchmarks.bench_gc import as_fetch
     from trainguard.schemas.codec import Codec
     from trainguard.streams.worker import heap
 
     heap.settle_after_startup()  # the worker's collector policy, as bench_detectors runs it
-    loop, raw, fetches = _segments(nodes, warm_s, events, job_nodes)
-    if stage == "process":
-        for fetch in fetches:
+    loop, fetches = _warmed(nodes, warm_s, events, job_nodes)
+    decode = Codec().decode
+    made = 0
+    for batch in _take(fetches, events):
+        made += len(batch)
+        fetch = as_fetch(batch)
+        if stage == "process":
             loop._process(fetch)  # noqa: SLF001
-    elif stage == "decode":
-        decode = Codec().decode
-        for batch in raw:
-            for _topic, _offset, _key, value, _ts in batch:
-                decode(value)
-    print(f"segment events {sum(len(batch) for batch in raw)}", flush=True)
+        elif stage == "decode":
+            for records in fetch.values():
+                for record in records:
+                    decode(record.value)
+        del batch, fetch
+    print(f"segment events {made}", flush=True)
     os._exit(0)
 
 

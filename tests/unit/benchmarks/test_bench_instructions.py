@@ -1,4 +1,4 @@
-"""bench_instructions counts what it says: the same figures run after run, the hot path apart from its setup.
+"""bench_instructions counts what it says: the same figures run after run, the hot path apart from making its input.
 
 These run the real valgrind (installed by `make tools`, which `make test` runs) on a tiny fleet: a count
 that moved between two identical runs would make every figure the benchmark prints meaningless.
@@ -16,12 +16,12 @@ from benchmarks.bench_instructions import Counts, parse_cachegrind
 
 def test_the_same_run_counts_the_same_instructions_and_the_segment_costs_more_to_process_than_to_decode() -> None:
     size = bench_instructions.measure(nodes=4, warm_s=1.0, events=300, job_nodes=4096, jobs=2)
-    again = bench_instructions.run_child(4, 1.0, 300, 4096, "setup")
+    again = bench_instructions.run_child(4, 1.0, 300, 4096, "generate")
     # Instructions and simulated misses alike do not depend on the machine's load. Not quite exact: a few
     # thousand instructions in billions follow the wall clock (4e-7 measured); spinning BLAS threads gave 1.5e-3.
-    assert again.counts.instructions == pytest.approx(size.setup.instructions, rel=1e-5)
-    assert again.counts.d1_misses == pytest.approx(size.setup.d1_misses, rel=1e-4)
-    assert again.counts.ll_misses == pytest.approx(size.setup.ll_misses, rel=1e-3)
+    assert again.counts.instructions == pytest.approx(size.generate.instructions, rel=1e-5)
+    assert again.counts.d1_misses == pytest.approx(size.generate.d1_misses, rel=1e-4)
+    assert again.counts.ll_misses == pytest.approx(size.generate.ll_misses, rel=1e-3)
     assert size.events >= 300
     assert size.process.instructions > size.decode.instructions > 0  # the hot path decodes, then does more
     assert size.process.d1_misses > 0
