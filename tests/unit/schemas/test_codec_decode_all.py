@@ -7,6 +7,7 @@ import json
 import pytest
 
 from trainguard.schemas import Codec, GpuStats, Heartbeat, NodeGpuSample, TrainingStep
+from trainguard.schemas.codec import CHECK_RUN
 
 CODEC = Codec()
 GOOD = [CODEC.encode(r) for r in (
@@ -41,6 +42,14 @@ def _beat(**changes: object) -> bytes:
 ], ids=["tombstone", "malformed", "invalid", "version", "bidi", "escape", "oversize"])
 def test_one_payload_that_needs_decode_sends_the_whole_batch_one_by_one(odd: bytes | None) -> None:
     assert CODEC.decode_all([*GOOD, odd, *GOOD]) is None
+
+
+@pytest.mark.parametrize("at", [CHECK_RUN - 1, CHECK_RUN, 3 * CHECK_RUN + 5, 4 * CHECK_RUN - 1])
+def test_the_bytes_are_checked_run_by_run_and_every_run_counts(at: int) -> None:
+    """A batch of four runs with one bad name at a run's edge or inside a later run: still one by one."""
+    batch = (GOOD * (4 * CHECK_RUN))[:4 * CHECK_RUN]
+    batch[at] = _beat(node="n\u202e0")
+    assert CODEC.decode_all(batch) is None
 
 
 def test_the_size_limit_is_per_payload_not_per_batch() -> None:
