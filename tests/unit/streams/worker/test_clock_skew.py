@@ -13,6 +13,8 @@ import pickle
 import random
 from collections import OrderedDict
 
+import pytest
+
 from trainguard.detectors.correlate import IncidentCorrelator
 from trainguard.detectors.pipeline import DetectionPipeline
 from trainguard.schemas import Codec
@@ -253,5 +255,58 @@ def test_estimates_pickled_as_rows_or_as_before_issue_23_restore_to_the_same_ver
     for back in (packed, before):
         assert list(back._hosts) == list(est._hosts)  # noqa: SLF001 - first heard first, kept
         assert all(back.offset(n) == est.offset(n) for n in hosts)
-        assert back._hosts["a"].deltas.maxlen == est.window  # noqa: SLF001
+        assert back._hosts["a"].deltas == est._hosts["a"].deltas  # noqa: SLF001 - the window, oldest first
         assert _feed(back, {**GOOD, "bad": 0.0}, 120, start=T0 + 60)[-1].state == "recovered"
+
+
+def test_each_hosts_window_is_its_last_records_oldest_first_across_restores() -> None:
+    """The window is a ring of doubles (issue 23): it holds what a deque of the last `window` values would,
+    oldest first, through wrap-arounds, a snapshot taken at any point and a restore under a smaller window."""
+    rng = random.Random(7)
+    est = ClockSkewEstimator(window=5, every=3)
+    reference: list[float] = []
+    for i in range(23):
+        ts = T0 + i + rng.uniform(-2.0, 2.0)
+        est.observe("a", ts, T0 + i)
+        reference.append(ts - (T0 + i))
+        assert est._hosts["a"].deltas == reference[-5:]  # noqa: SLF001
+        if i in (3, 4, 11):  # before it fills, as it fills, after it wrapped
+            est = pickle.loads(pickle.dumps(est))
+            assert est._hosts["a"].deltas == reference[-5:]  # noqa: SLF001
+    state = est.__getstate__()
+    smaller = ClockSkewEstimator.__new__(ClockSkewEstimator)
+    smaller.__setstate__({**state, "window": 3})
+    assert smaller._hosts["a"].deltas == reference[-3:]  # noqa: SLF001
+    smaller.observe("a", T0 + 100.5, T0 + 100)
+    assert smaller._hosts["a"].deltas == [*reference[-2:], 0.5]  # noqa: SLF001
+
+
+def test_a_host_pickled_whole_before_issue_23_restores_with_its_window_and_verdict(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Snapshots from before issue 23 hold each host whole: a dataclass with a deque, pickled by its dict.
+
+    The old class is put back under the module's name while pickling, so the bytes are the old ones."""
+    from collections import deque
+    from dataclasses import dataclass
+
+    from trainguard.streams.worker import skew
+
+    @dataclass
+    class _Host:
+        deltas: deque[float]
+        seen: int = 0
+        estimate: float | None = None
+        streak: int = 0
+        streak_since: float = 0.0
+        flagged: bool = False
+        flagged_offset: float = 0.0
+        heard: float = 0.0
+
+    _Host.__module__, _Host.__qualname__ = skew.__name__, "_Host"
+    with monkeypatch.context() as patched:
+        patched.setattr(skew, "_Host", _Host)
+        old = pickle.dumps(_Host(deque([1.0, 2.0, 3.0], maxlen=31), 48, 2.0, 1, 5.0, True, 7.0, 9.0))
+    host = pickle.loads(old)
+    assert type(host) is skew._Host and host.deltas == [1.0, 2.0, 3.0]  # noqa: SLF001
+    assert (host.seen, host.estimate, host.streak, host.streak_since, host.flagged, host.flagged_offset,
+            host.heard) == (48, 2.0, 1, 5.0, True, 7.0, 9.0)
