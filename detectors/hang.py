@@ -35,12 +35,12 @@ the job's nodes collapsing to ~0 is recorded as corroborating evidence.
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
+from typing import Any
 
 from trainguard.detectors.base import Detector
-from trainguard.detectors.common import Bounded, Rolling, Snapshottable, finding, rank_map, store_known
+from trainguard.detectors.common import Bounded, Rolling, SlotRows, Snapshottable, finding, rank_map, store_known
 from trainguard.detectors.dispatch import on
 from trainguard.detectors.stacks import is_background_thread, is_observer_thread, outliers, signature
-from trainguard.schemas import node_jobs
 from trainguard.schemas.records import (
     Anomaly,
     CheckpointEvent,
@@ -95,6 +95,21 @@ class _Job(Snapshottable):
         self.pause_progress: float | None = None  # the newest checkpoint copy completed during the pause
 
 
+class _Node(Snapshottable):
+    """What hang knows of one node, in one row: its job, its RDMA rate, whether its GPUs all spin.
+
+    One map of rows, not a map per fact: a GPU or RDMA sample reads all three,
+    and at 12,500 nodes each map's lookup was its own cold cache lines (issue 23).
+    """
+
+    __slots__ = ("job", "rdma", "busy")
+
+    def __init__(self) -> None:
+        self.job = ""  # the job the node runs, as training records and topologies place it ("": not placed)
+        self.rdma: float | None = None  # its ports' summed byte rate in the newest RDMA sample
+        self.busy: bool | None = None  # every GPU at spinning utilisation in the newest GPU sample
+
+
 class HangDetector(Detector):
     """Fires when a live job stops completing steps; localises with stacks.
 
@@ -138,10 +153,25 @@ class HangDetector(Detector):
         self.skew_s = skew_s
         self.pause_mult = pause_mult
         self._jobs: Bounded[str, _Job] = Bounded(max_jobs)
-        self._node_job: Bounded[str, str] = Bounded(max_nodes)
-        self._rdma: Bounded[str, float] = Bounded(max_nodes)
-        self._busy: Bounded[str, bool] = Bounded(max_nodes)  # node -> GPUs at full utilisation
+        self._nodes: Bounded[str, _Node] = Bounded(max_nodes, SlotRows(_Node))
         self.stale_steps = 0  # step records below their rank's last in the same attempt, ignored
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """As pickled; a snapshot from before the nodes' rows holds three maps, joined here into rows."""
+        vars(self).update(state)
+        if "_nodes" not in state:
+            jobs, rates, busy = (vars(self).pop(name) for name in ("_node_job", "_rdma", "_busy"))
+            self._nodes = Bounded(max(jobs.cap, rates.cap, busy.cap), SlotRows(_Node))
+            for node in [*jobs, *rates, *busy]:
+                if node not in self._nodes:
+                    row = self._nodes[node] = _Node()
+                    row.job, row.rdma, row.busy = jobs.get(node, ""), rates.get(node), busy.get(node)
+
+    def _row(self, node: str) -> _Node:
+        row = self._nodes.get(node)
+        if row is None:
+            self._nodes[node] = row = _Node()
+        return row
 
     def _job(self, name: str, ts: float) -> _Job:
         job = self._jobs.get(name)
@@ -166,7 +196,8 @@ class HangDetector(Detector):
 
     @on(NodeGpuSample)
     def _gpu_sample(self, record: NodeGpuSample) -> None:
-        name = node_jobs.job_of(self._node_job, record.node, record.job)
+        row = self._nodes.get(record.node)
+        name = record.job or (row.job if row is not None else "")
         if name and name in self._jobs and record.nvml_ok and record.gpus:
             # Busy GPUs mean live processes (a hung collective spins at full utilisation); idle GPUs
             # after a crash must not keep a dead job "alive".
@@ -180,10 +211,10 @@ class HangDetector(Detector):
                     lowest = util
             if alive:
                 job.alive_ts = max(job.alive_ts, record.ts)
-            busy = lowest >= SPIN_UTIL_PCT
-            if self._busy.get(record.node) is not busy:  # stored only when it changes (a known node keeps its place)
-                self._busy[record.node] = busy
-            self._spin(job, record.node, record.ts)
+            if row is None:
+                row = self._row(record.node)
+            row.busy = lowest >= SPIN_UTIL_PCT
+            self._spin(job, record.node, row, record.ts)
 
     @on(PhaseChange)
     def _phase_change(self, record: PhaseChange) -> None:
@@ -221,14 +252,11 @@ class HangDetector(Detector):
 
     @on(RdmaSample)
     def _rdma_sample(self, record: RdmaSample) -> None:
-        rates, rate = self._rdma, sum(p.tx_bps + p.rx_bps for p in record.ports)
-        if record.node in rates:  # a known node, every second: stored in C (`store_known`), it keeps its place
-            store_known(rates, record.node, rate)
-        else:
-            rates[record.node] = rate
-        name = node_jobs.job_of(self._node_job, record.node, record.job)
+        row = self._nodes.get(record.node) or self._row(record.node)
+        row.rdma = sum(p.tx_bps + p.rx_bps for p in record.ports)
+        name = record.job or row.job
         if name and name in self._jobs:
-            self._spin(self._jobs[name], record.node, record.ts)
+            self._spin(self._jobs[name], record.node, row, record.ts)
 
     @on(JobTopology)
     def _topology(self, record: JobTopology) -> None:
@@ -243,12 +271,14 @@ class HangDetector(Detector):
     def _place(self, job: _Job, name: str, rank: int, node: str) -> None:
         job.rank_node[rank] = node
         job.nodes.add(node)
-        node_jobs.learn(self._node_job, node, name)
+        row = self._row(node)
+        if row.job != name:
+            row.job = name
 
-    def _spin(self, job: _Job, node: str, ts: float) -> None:
+    def _spin(self, job: _Job, node: str, row: _Node, ts: float) -> None:
         """Track whether every node of the job spins: GPUs busy, RDMA silent."""
-        rate = self._rdma.get(node)
-        if self._busy.get(node, False) and rate is not None and rate < self.collapse_bps:
+        rate = row.rdma
+        if row.busy and rate is not None and rate < self.collapse_bps:
             job.spinning.add(node)
         else:
             job.spinning.discard(node)
@@ -415,7 +445,8 @@ class HangDetector(Detector):
         ranks, how = self._localise(job, ts, onset)
         nodes = sorted({job.rank_node[r] for r in ranks if r in job.rank_node})
         job_nodes = sorted(set(job.rank_node.values()))
-        rates = [self._rdma[n] for n in job_nodes if n in self._rdma]
+        rows = [self._nodes.get(n) for n in job_nodes]
+        rates = [row.rdma for row in rows if row is not None and row.rdma is not None]
         evidence = {
             "stalled_s": round(ts - onset, 3), "threshold_s": round(self.threshold(job), 3),
             "during": job.pause_phase if job.paused_by is not None else "training",
@@ -442,7 +473,7 @@ class HangDetector(Detector):
     def state_size(self) -> int:
         per_job = sum(len(j.rank_step) + len(j.rank_node) + len(j.rank_beat) + len(j.stacks) + len(j.intervals)
                       for j in self._jobs.values())
-        return len(self._jobs) + per_job + len(self._node_job) + len(self._rdma) + len(self._busy)
+        return len(self._jobs) + per_job + len(self._nodes)
 
 
 def _allowance(pauses: dict[str, Rolling], phases: AbstractSet[str]) -> float:

@@ -4,10 +4,12 @@ Node records (GPU samples, RDMA samples, kernel logs, node conditions) may
 come from a DaemonSet agent that knows no job; training records, topologies
 and job-stamped samples say which job runs on a node. Several parts keep
 such a table, each fed from what it reads and bounded its own way (the
-pipeline's index, the hang, hardware and application-XID detectors, the
+pipeline's index, the hardware and application-XID detectors, the
 worker's fleet-wide table), and all join through these two functions, so
 the rule is written once: a record's own job wins, else the table's, else
-none; a table learns a node's job only when it changes.
+none; a table learns a node's job only when it changes. (The hang detector
+keeps a node's job in its row of per-node facts, one lookup per sample, and
+applies the same rule there.)
 
 Pure: the tables are any mapping (plain dicts, `schemas.bounded.Bounded`),
 so the detectors' pickled state keeps its shape.
