@@ -43,10 +43,9 @@ import re
 from typing import Any
 
 from trainguard.detectors.base import Detector
-from trainguard.detectors.common import Bounded, DictRows, Snapshottable, finding
+from trainguard.detectors.common import Bounded, SlotRows, Snapshottable, finding
 from trainguard.detectors.dispatch import on
 from trainguard.detectors.xid import classify, is_fatal
-from trainguard.schemas import node_jobs
 from trainguard.schemas.records import Anomaly, GpuStats, LogEvent, NodeCondition, NodeGpuSample
 
 NVML_HUNG = re.compile(r"timed out|still hung|NVML_ERROR_TIMEOUT|Timeout", re.IGNORECASE)
@@ -72,6 +71,50 @@ class _Gpu(Snapshottable):
 
     def restore(self) -> None:
         self.bursts = tuple(self.bursts)  # a deque before issue 23, a list before the mixin
+
+
+class _NodeGpus(Snapshottable):
+    """One node's row: the job its samples name, and its GPUs' counters by index.
+
+    One map of rows, not a map of GPUs beside a map of jobs: every sample
+    reads both, and at 12,500 nodes each map's lookup was its own cold cache
+    lines (issue 23).
+    """
+
+    __slots__ = ("job", "gpus")
+
+    def __init__(self) -> None:
+        self.job = ""  # the node's job as its newest job-stamped sample names it ("": none yet)
+        self.gpus: dict[int, _Gpu] = {}  # filled by its first readable sample
+
+
+class _NodeRows:
+    """Packs the rows for a snapshot: per node its job, its GPUs' indices and their state tuples, one block."""
+
+    def __init__(self) -> None:
+        self.gpus = SlotRows(_Gpu)
+
+    def __reduce__(self) -> Any:
+        return (_NodeRows, ())
+
+    def pack(self, values: list[Any]) -> list[tuple[str, list[int], list[tuple[Any, ...]]]] | None:
+        if values and set(map(type, values)) != {_NodeGpus}:
+            return None
+        out, pack = [], self.gpus.pack
+        for row in values:
+            states = pack(list(row.gpus.values()))
+            if states is None:
+                return None
+            out.append((row.job, list(row.gpus), states))
+        return out
+
+    def unpack(self, packed: list[tuple[str, list[int], list[tuple[Any, ...]]]]) -> list[_NodeGpus]:
+        rows = []
+        for job, indices, states in packed:
+            row = _NodeGpus()
+            row.job, row.gpus = job, dict(zip(indices, self.gpus.unpack(states)))  # type: ignore[arg-type]
+            rows.append(row)
+        return rows
 
 
 class HardwareDetector(Detector):
@@ -106,10 +149,35 @@ class HardwareDetector(Detector):
         self._extra = set(self.extra_fatal_xids)  # a set, not a frozenset: detectors.state_tree
         self.node_conditions = list(NODE_CONDITIONS if node_conditions is None else node_conditions)
         self._conditions = set(self.node_conditions) - {OWN_CONDITION}
-        self._nodes: Bounded[str, dict[int, _Gpu]] = Bounded(max(1, max_gpus // 8), DictRows(_Gpu))
+        self._nodes: Bounded[str, _NodeGpus] = Bounded(max(1, max_gpus // 8), _NodeRows())
         self._fired: Bounded[tuple[str, int, str], float] = Bounded(max_gpus)
-        self._node_job: Bounded[str, str] = Bounded(max(1, max_gpus // 8))
         self._now = float("-inf")
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """As pickled; a snapshot from before the rows holds node -> GPUs and node -> job, joined here."""
+        vars(self).update(state)
+        jobs = vars(self).pop("_node_job", None)
+        if jobs is None:
+            return
+        gpus: Bounded[str, dict[int, _Gpu]] = self._nodes  # type: ignore[assignment]
+        self._nodes = Bounded(max(gpus.cap, jobs.cap), _NodeRows())
+        for node in [*gpus, *jobs]:
+            if node not in self._nodes:
+                row = self._nodes[node] = _NodeGpus()
+                row.job, row.gpus = jobs.get(node, ""), gpus.get(node, {})
+
+    def _row(self, node: str) -> _NodeGpus:
+        row = self._nodes.get(node)
+        if row is None:
+            self._nodes[node] = row = _NodeGpus()
+        return row
+
+    def _job_of(self, node: str, job: str) -> str:
+        """The record's own job, else the one the node's samples named, else "" (as `schemas.node_jobs`)."""
+        if job:
+            return job
+        row = self._nodes.get(node)
+        return row.job if row is not None else ""
 
     @on(LogEvent)
     def _log(self, record: LogEvent) -> list[Anomaly]:
@@ -135,29 +203,31 @@ class HardwareDetector(Detector):
                      "message": record.message[:300], "at": at, "source": record.source}
         else:
             return []
-        job = node_jobs.job_of(self._node_job, record.node, record.job)
+        job = self._job_of(record.node, record.job)
         return self._report(NodeGpuSample(ts=record.ts, node=record.node, job=job), [cause])
 
     @on(NodeGpuSample)
     def _sample(self, record: NodeGpuSample) -> list[Anomaly]:
         if record.ts > self._now:
             self._now = record.ts
+        row = self._nodes.get(record.node)
         if record.job:
-            node_jobs.learn(self._node_job, record.node, record.job)
+            if row is None:
+                row = self._row(record.node)
+            if row.job != record.job:
+                row.job = record.job
         if not record.nvml_ok:
             if not record.source and NVML_HUNG.search(record.error):
                 return self._report(record, [{"gpu": -1, "cause": "nvml_timeout", "error": record.error[:200]}])
             return []
-        if not record.xids and self._quiet(record):
+        if not record.xids and row is not None and self._quiet(record, row):
             return []
         causes: list[dict[str, Any]] = []
         for xid in record.xids:
             if is_fatal(xid.code, self._extra, xid.message):
                 causes.append({"gpu": xid.gpu, "cause": "xid", "code": xid.code,
                                "meaning": classify(xid.code, xid.message).meaning, "at": xid.ts})
-        gpus = self._nodes.get(record.node)
-        if gpus is None:
-            self._nodes[record.node] = gpus = {}
+        gpus = (row or self._row(record.node)).gpus
         for g in record.gpus:
             causes.extend(self._counters(gpus, g, record.ts))
         if record.gpus and len(gpus) > len(record.gpus):
@@ -168,13 +238,13 @@ class HardwareDetector(Detector):
                     causes.append({"gpu": index, "cause": "gpu_missing"})
         return self._report(record, causes)
 
-    def _quiet(self, record: NodeGpuSample) -> bool:
+    def _quiet(self, record: NodeGpuSample, row: _NodeGpus | None = None) -> bool:
         """The common sample, in one pass: the node's GPUs all known and all present once, no counter grown, no
         flag newly raised, no NVLink burst being counted. Such a sample finds nothing and only carries the
         counters forward, which this does; anything else (False) takes the GPU-by-GPU path (`_counters`),
-        which gives the same answer: this only skips its work."""
-        gpus = self._nodes.get(record.node)
-        sample = record.gpus
+        which gives the same answer: this only skips its work. `row`: the node's, when the caller has it."""
+        row = row or self._nodes.get(record.node)
+        gpus, sample = (row.gpus if row is not None else None), record.gpus
         if gpus is None or len(gpus) != len(sample):
             return False
         states = []
@@ -200,7 +270,7 @@ class HardwareDetector(Detector):
         code = int(match.group("code"))
         cause = {"gpu": -1, "cause": "xid", "code": code, "meaning": classify(code, log.message).meaning, "at": log.ts,
                  "pci": match.group("pci") or "", "source": "kernel log"}
-        job = node_jobs.job_of(self._node_job, log.node, log.job)
+        job = self._job_of(log.node, log.job)
         return self._report(NodeGpuSample(ts=log.ts, node=log.node, job=job), [cause])
 
     def _counters(self, gpus: dict[int, _Gpu], g: GpuStats, ts: float) -> list[dict[str, Any]]:
@@ -267,5 +337,5 @@ class HardwareDetector(Detector):
                         evidence={"node": sample.node, "findings": fresh})]
 
     def state_size(self) -> int:
-        gpus = sum(len(g) + sum(len(s.bursts) for s in g.values()) for g in self._nodes.values())
+        gpus = sum(len(r.gpus) + sum(len(s.bursts) for s in r.gpus.values()) for r in self._nodes.values())
         return len(self._nodes) + gpus + len(self._fired)

@@ -175,13 +175,13 @@ def quiet_variants(detector: type[Any]) -> tuple[type[Any], type[Any]]:
     class Counting(detector):  # type: ignore[misc, valid-type]
         quiet = 0
 
-        def _quiet(self, record: Any) -> bool:
-            answer = bool(super()._quiet(record))
+        def _quiet(self, record: Any, *rest: Any) -> bool:
+            answer = bool(super()._quiet(record, *rest))
             self.quiet += answer
             return answer
 
     class FullPath(detector):  # type: ignore[misc, valid-type]
-        def _quiet(self, record: Any) -> bool:
+        def _quiet(self, record: Any, *rest: Any) -> bool:
             return False
 
     return Counting, FullPath

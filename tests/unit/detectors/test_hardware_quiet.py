@@ -22,9 +22,9 @@ _Counting, _GpuByGpu = quiet_variants(HardwareDetector)
 
 
 def _state(d: HardwareDetector) -> bytes:
-    nodes = {n: {i: (s.dbe, s.remap_unc, s.nvlink, s.failed, s.lost, list(s.bursts)) for i, s in g.items()}
-             for n, g in d._nodes.items()}
-    return pickle.dumps((nodes, dict(d._fired), dict(d._node_job), d._now))
+    nodes = {n: (r.job, {i: (s.dbe, s.remap_unc, s.nvlink, s.failed, s.lost, list(s.bursts))
+                         for i, s in r.gpus.items()}) for n, r in d._nodes.items()}
+    return pickle.dumps((nodes, dict(d._fired), d._now))
 
 
 def _samples(rng: random.Random, node: str, n: int) -> list[NodeGpuSample]:
