@@ -31,11 +31,12 @@ as a network fault on that port (`cause: degraded`) once it persists.
 
 from __future__ import annotations
 
+import sys
 from bisect import bisect_left
 from typing import Any
 
 from trainguard.detectors.base import Detector
-from trainguard.detectors.common import Bounded, SlotRows, Snapshottable, finding
+from trainguard.detectors.common import Bounded, DictRows, Snapshottable, finding
 from trainguard.detectors.dispatch import on
 from trainguard.detectors.persistence import Persistence
 from trainguard.schemas.records import Anomaly, RdmaPort, RdmaSample
@@ -50,6 +51,11 @@ class _Port(Snapshottable):
         self.first_bad: float | None = None
         self.last_bad: float | None = None
         self.fired = False
+
+
+# Ports kept per node: a node has a few HCAs of one or two ports; a sample naming ever new ports (a bad
+# collector, a forged stream) makes the node forget its oldest instead of growing without bound.
+PORTS_PER_NODE = 64
 
 
 def _active(state: str) -> bool:
@@ -107,11 +113,27 @@ class NetworkDetector(Detector):
         self.degraded_samples = degraded_samples
         self.busy_bps = busy_bps
         self._slow: Bounded[tuple[str, str, int], list[float]] = Bounded(max_ports)  # key -> [first, n, fired]
-        self._ports: Bounded[tuple[str, str, int], _Port] = Bounded(max_ports, SlotRows(_Port))
+        # node -> its ports by (device, port): one row per node, so a sample is one lookup of its node, not one
+        # per port in a map of every port (at 12,500 nodes each was its own cold cache lines, issue 23).
+        self._ports: Bounded[str, dict[tuple[str, int], _Port]] = Bounded(max(1, max_ports // 8), DictRows(_Port))
         self.persist_s, self.recur_n, self.recur_window_s = persist_s, recur_n, recur_window_s
         self._persist = Persistence(persist_s=persist_s, recur_n=recur_n, recur_window_s=recur_window_s,
                                     gap_s=30.0, max_keys=max_ports)
         self._now = float("-inf")
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """As pickled; a snapshot from before the rows keys its ports by (node, device, port), grouped here."""
+        vars(self).update(state)
+        ports: Bounded[Any, Any] = self._ports
+        if ports and isinstance(next(iter(ports)), tuple):
+            rows: Bounded[str, dict[tuple[str, int], _Port]] = Bounded(max(1, ports.cap // 8), DictRows(_Port))
+            for (node, device, port), value in ports.items():
+                row = rows.get(node)
+                if row is None:
+                    rows[node] = row = {}
+                row[(device, port)] = value
+            rows.evicted = ports.evicted
+            self._ports = rows
 
     @on(RdmaSample)
     def _sample(self, record: RdmaSample) -> list[Anomaly]:
@@ -135,17 +157,20 @@ class NetworkDetector(Detector):
         shares healthy, and no episode, slow run or bad sighting open for any of them. Such a sample finds
         nothing and changes only the ports' counters, which this records; anything else (False) takes the
         port-by-port path, which gives the same answer for this sample: this only skips its work."""
-        ports, node, known, burst = sample.ports, sample.node, self._ports, self.error_burst
+        ports, node, burst = sample.ports, sample.node, self.error_burst
+        known = self._ports.get(node)
+        if known is None:
+            return False
         slow_runs = self._slow if self._slow else None  # asked per port only when some run is open
         persist = self._persist if self._persist.any_open() else None
         seen: list[tuple[_Port, int, int]] = []
         rates: list[float] = []
         for p in ports:
-            key = (node, p.device, p.port)
-            state = known.get(key)
+            state = known.get((p.device, p.port))
             if (state is None or state.last_bad is not None or p.link_downed > state.downed
                     or (p.state != "ACTIVE" and not _active(p.state))
-                    or (slow_runs is not None and key in slow_runs) or (persist is not None and persist.is_open(key))):
+                    or (slow_runs is not None and (node, p.device, p.port) in slow_runs)
+                    or (persist is not None and persist.is_open((node, p.device, p.port)))):
                 return False
             errors = p.symbol_errors + p.rcv_errors + p.link_error_recovery  # _errors(p), inline: the hot path
             if errors - state.errors >= burst:
@@ -258,10 +283,17 @@ class NetworkDetector(Detector):
     def _check(self, sample: RdmaSample, p: RdmaPort) -> tuple[Anomaly | None, int]:
         """A port down or flapping, confirmed twice; and how much its error counters grew."""
         key = (sample.node, p.device, p.port)
-        state = self._ports.get(key)
+        row = self._ports.get(sample.node)
+        if row is None:
+            self._ports[sample.node] = row = {}
+        state = row.get((p.device, p.port))
         errors = _errors(p)
         if state is None:
-            self._ports[key] = state = _Port(p.link_downed, errors)
+            if len(row) >= PORTS_PER_NODE:
+                del row[next(iter(row))]
+                self._ports.evicted += 1
+            # The device's name interned: every node's port keys then share one string, compared in cache.
+            row[(sys.intern(p.device), p.port)] = state = _Port(p.link_downed, errors)
             bad = not _active(p.state)
             downed = grown = 0
         else:
@@ -289,4 +321,4 @@ class NetworkDetector(Detector):
         ), grown
 
     def state_size(self) -> int:
-        return len(self._ports) + len(self._slow) + self._persist.size()
+        return sum(map(len, self._ports.values())) + len(self._slow) + self._persist.size()

@@ -22,7 +22,8 @@ _Counting, _PortByPort = quiet_variants(NetworkDetector)
 
 
 def _state(d: NetworkDetector) -> bytes:
-    ports = {k: (v.downed, v.errors, v.first_bad, v.last_bad, v.fired) for k, v in d._ports.items()}
+    ports = {(n, *k): (v.downed, v.errors, v.first_bad, v.last_bad, v.fired)
+             for n, row in d._ports.items() for k, v in row.items()}
     return pickle.dumps((ports, dict(d._slow), dict(d._persist._episodes), d._now))
 
 
